@@ -1,0 +1,34 @@
+# Two commands from a fresh clone: `make demo` and `make test`. Each creates the
+# virtualenv .venv with what it needs on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/alarmtop --demo
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check core server tui examples tests bench
+	@# mypy cannot follow the editable install's folder mapping: give it the same
+	@# layout as the installed package through links.
+	mkdir -p .typecheck/alarmtop
+	for d in core server tui examples; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
+	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples
+
+bench: $(STAMP)
+	$(BIN)/python bench/alarm_fire.py --quick
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,219 @@
+"""The async driver of alarms: keeps the due window, fires, records outcomes.
+
+Decisions come from `policy` (pure); this module applies them: each transition
+is written to the alarm index (durable, group-committed) before its effect is
+visible, then the window and the event bus learn of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alarmtop.core.alarms import policy as P
+from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.alarms.window import DueWindow
+from alarmtop.core.clock import Clock, Wakeup
+from alarmtop.core.events import EventBus
+from alarmtop.core.logs import ALARM_LOG, log_event
+from alarmtop.core.storage.interface import AlarmIndex
+
+_PENDING = object()
+FireFn = Callable[[AlarmRecord], Awaitable[None]]
+
+
+class AlarmScheduler:
+    def __init__(self, index: AlarmIndex, clock: Clock, events: EventBus,
+                 policy_for: Callable[[str], RetryPolicy], *, max_concurrent: int,
+                 window_size: int, sweep_interval_s: float,
+                 rng: random.Random | None = None) -> None:
+        self.index = index
+        self._clock = clock
+        self._events = events
+        self.policy_for = policy_for
+        self.rng = rng or random.Random()
+        self._max_concurrent = max_concurrent
+        self._sweep_interval_ms = round(sweep_interval_s * 1000)
+        self.window = DueWindow(window_size)
+        self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._loading = False
+        self._changed: dict[AlarmKey, Any] = {}
+        self._fire: FireFn | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, fire: FireFn) -> None:
+        """Recover attempts cut short by a crash, load the window, start firing."""
+        self._fire = fire
+        await self._recover_crashed()
+        await self._refill()
+        self._tasks = [self._clock.spawn(self._loop(), name="alarm-scheduler"),
+                       self._clock.spawn(self._sweep_loop(), name="alarm-sweeper")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        # In-flight handlers are cut short; their 'running' rows make the next start
+        # count them as crashed attempts, exactly as after a real crash.
+        for task in list(self._inflight):
+            task.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _recover_crashed(self) -> None:
+        now = self._clock.now_ms()
+        while True:
+            running = await self.index.in_state(AlarmState.RUNNING.value, 1000)
+            if not running:
+                return
+            for rec in running:
+                error = "the runtime stopped while the handler ran (crash or shutdown)"
+                await self.commit(rec.key, P.fail(rec, now, error, self.policy_for(
+                    rec.object_class), crashed=True))
+                self.log_failure(rec, error, crashed=True)
+
+    # -- state changes --------------------------------------------------------------------
+
+    async def lookup(self, key: AlarmKey) -> AlarmRecord | None:
+        rec = self.window.records.get(key)
+        if rec is not None:
+            return rec
+        return await self.index.get(key)
+
+    async def current(self, key: AlarmKey) -> int | None:
+        """What the object's `get_alarm()` shows."""
+        rec = await self.lookup(key)
+        return rec.user_view() if rec is not None else None
+
+    async def commit(self, key: AlarmKey, tr: P.Transition) -> AlarmRecord | None:
+        """Make a transition durable, then visible (window, events, wake the loop)."""
+        if self._loading:
+            self._changed[key] = _PENDING
+        rec = tr.record
+        if rec is None:
+            await self.index.write((), (key,))
+            self.window.remove(key)
+        else:
+            await self.index.write((rec,))
+            self.window.put(rec)
+        if self._loading:
+            self._changed[key] = rec
+        for ann in tr.events:
+            self._events.emit(ann.type, ann.data)
+        self._wakeup.poke()
+        return rec
+
+    async def set_from_object(self, key: AlarmKey, at_ms: int | None) -> None:
+        """An object's event set or deleted its alarm."""
+        if at_ms is None:
+            old = await self.lookup(key)
+            if old is not None:
+                await self.commit(key, P.delete_alarm(old))
+        else:
+            await self.commit(key, P.set_alarm(key, at_ms))
+
+    # -- the firing loop ------------------------------------------------------------------
+
+    async def _refill(self) -> None:
+        self._loading, self._changed = True, {}
+        try:
+            want = max(self.window.capacity - len(self.window), self.window.capacity // 4)
+            rows, complete = await self.index.due_after(self.window.horizon_ms, want)
+            changed = self._changed
+            self.window.load(rows, complete, skip=set(changed))
+            for key, rec in changed.items():
+                if rec is None:
+                    self.window.remove(key)
+                elif rec is not _PENDING:
+                    self.window.put(rec)
+        finally:
+            self._loading, self._changed = False, {}
+
+    async def _loop(self) -> None:
+        assert self._fire is not None
+        while True:
+            window = self.window
+            if window.horizon_ms != float("inf") and (
+                    window.needs_refill() or window.next_due_ms() is None):
+                await self._refill()
+            window.shrink()
+            free = self._max_concurrent - len(self._inflight)
+            if free > 0:
+                for rec in window.pop_due(self._clock.now_ms(), free):
+                    task = self._clock.spawn(self._fire_one(rec), name="alarm")
+                    self._inflight.add(task)
+            free = self._max_concurrent - len(self._inflight)
+            if free <= 0:
+                await self._wakeup.wait(None)  # a finishing handler pokes
+            else:
+                nxt = window.next_due_ms()
+                if nxt is not None and nxt <= self._clock.now_ms():
+                    continue
+                await self._wakeup.wait(nxt)
+
+    async def _fire_one(self, rec: AlarmRecord) -> None:
+        assert self._fire is not None
+        try:
+            await self._fire(rec)
+        except Exception:  # the fire path records its own failures; this is a bug guard
+            logging.getLogger("alarmtop.runtime").exception("alarm dispatch failed")
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self._inflight.discard(task)
+            self._wakeup.poke()
+
+    def still_current(self, rec: AlarmRecord) -> bool:
+        """Whether a popped alarm was left alone while it waited for its object."""
+        return self.window.records.get(rec.key) is rec
+
+    # -- operator actions -----------------------------------------------------------------
+
+    async def rearm(self, rec: AlarmRecord, at_ms: int) -> AlarmRecord | None:
+        return await self.commit(rec.key, P.rearm(rec, at_ms))
+
+    async def fire_now(self, rec: AlarmRecord) -> AlarmRecord | None:
+        return await self.commit(rec.key, P.fire_now(rec, self._clock.now_ms()))
+
+    # -- the sweeper ----------------------------------------------------------------------
+
+    async def _sweep_loop(self) -> None:
+        wake = Wakeup(self._clock)  # type: ignore[arg-type]
+        while True:
+            await wake.wait(self._clock.now_ms() + self._sweep_interval_ms)
+            await self.sweep()
+
+    async def sweep(self) -> int:
+        """Catch overdue alarms the window missed; remind about dead letters."""
+        now = self._clock.now_ms()
+        found = 0
+        for rec in await self.index.overdue(now - 1000, 1000):
+            if (rec.state is AlarmState.RUNNING or rec.key in self.window.records
+                    or not self.window.covers(rec.due_ms)):
+                continue  # in flight, already known, or the next refill brings it
+            self.window.put(rec)
+            found += 1
+        if found:
+            self._events.emit("alarm.swept", {"requeued": found})
+            self._wakeup.poke()
+        dead = (await self.index.counts()).get(AlarmState.DEAD.value, 0)
+        if dead:
+            log_event(ALARM_LOG, logging.WARNING, f"{dead} dead letter(s) wait for an operator",
+                      event="alarm.dead_letters", count=dead)
+            self._events.emit("alarm.dead_letters", {"count": dead})
+        return found
+
+    def log_failure(self, rec: AlarmRecord, error: str, crashed: bool = False) -> None:
+        pol = self.policy_for(rec.object_class)
+        last = rec.retry_count + 1 > pol.max_retries
+        log_event(ALARM_LOG, logging.ERROR if last else logging.WARNING, "alarm failed",
+                  event="alarm.failed", object=f"{rec.object_class}/{rec.object_name}",
+                  object_class=rec.object_class, object_name=rec.object_name,
+                  retry_count=rec.retry_count, max_retries=pol.max_retries,
+                  last_attempt=last, error=error, crashed=crashed)

@@ -1,0 +1,149 @@
+"""The one exception tree of alarmtop.
+
+::
+
+    AlarmtopError
+     ├── InvalidArgument (also ValueError)       bad input from a caller
+     │    ├── NotSerializable                    argument/result/value is not JSON
+     │    ├── InvalidAlarmTime                   set_alarm() got something that is not a time
+     │    ├── InvalidObjectName                  empty, too long or control characters
+     │    ├── BadCronExpression                  cron() could not parse the expression
+     │    └── InvalidFault                       unknown fault kind or missing parameter
+     ├── NotFound (also LookupError)
+     │    ├── UnknownClass                       class not registered with the runtime
+     │    ├── UnknownMethod                      no such public RPC method
+     │    ├── NoAlarm                            operator action on an object without alarm
+     │    └── UnknownFault
+     ├── RuntimeNotRunning                       used before start() or after stop()
+     ├── ReentrantCall                           an object called itself through a stub
+     ├── StorageError                            a database could not be opened or written
+     │    └── SqlError                           an object's SQL statement failed
+     └── AlarmHandlerTimeout (raised into the attempt record, never to callers)
+
+Every error carries the fields it is about (object class and name, alarm, step)
+and a message that says how to fix the problem.
+"""
+
+from __future__ import annotations
+
+
+class AlarmtopError(Exception):
+    """Base class of every error raised by alarmtop."""
+
+
+class InvalidArgument(AlarmtopError, ValueError):
+    """A caller passed something the runtime cannot accept; nothing was changed."""
+
+
+class NotSerializable(InvalidArgument):
+    """A value that must cross an object boundary is not JSON-serialisable."""
+
+    def __init__(self, what: str, detail: str) -> None:
+        super().__init__(
+            f"{what} is not JSON-serialisable ({detail}); pass plain dicts, lists, "
+            "strings, numbers, booleans or None"
+        )
+        self.what = what
+
+
+class InvalidAlarmTime(InvalidArgument):
+    """`set_alarm` got something other than epoch milliseconds or an aware datetime."""
+
+
+class InvalidObjectName(InvalidArgument):
+    """Object names are non-empty strings of at most 256 printable characters."""
+
+
+class BadCronExpression(InvalidArgument):
+    """A cron expression could not be parsed."""
+
+    def __init__(self, expression: str, detail: str) -> None:
+        super().__init__(
+            f"bad cron expression {expression!r}: {detail}; use five fields "
+            "'minute hour day month day_of_week', e.g. '*/5 * * * *'"
+        )
+        self.expression = expression
+
+
+class InvalidFault(InvalidArgument):
+    """A fault could not be injected as asked."""
+
+
+class NotFound(AlarmtopError, LookupError):
+    """The thing named does not exist."""
+
+
+class UnknownClass(NotFound):
+    def __init__(self, class_name: str, known: list[str]) -> None:
+        hint = ", ".join(sorted(known)) or "none registered"
+        super().__init__(
+            f"unknown object class {class_name!r}; register it with runtime.register() "
+            f"first (registered: {hint})"
+        )
+        self.class_name = class_name
+
+
+class UnknownMethod(NotFound):
+    def __init__(self, class_name: str, method: str) -> None:
+        super().__init__(
+            f"{class_name} has no public method {method!r} to call; RPC reaches only "
+            "async methods whose names do not start with '_'"
+        )
+        self.class_name = class_name
+        self.method = method
+
+
+class NoAlarm(NotFound):
+    def __init__(self, class_name: str, object_name: str, action: str) -> None:
+        super().__init__(
+            f"{class_name}/{object_name} has no alarm to {action}; the object sets one "
+            "with ctx.storage.set_alarm()"
+        )
+        self.class_name = class_name
+        self.object_name = object_name
+
+
+class UnknownFault(NotFound):
+    def __init__(self, fault_id: str) -> None:
+        super().__init__(f"no active fault with id {fault_id!r}; see runtime.faults.list()")
+        self.fault_id = fault_id
+
+
+class RuntimeNotRunning(AlarmtopError):
+    """The runtime was used before `start()` or after `stop()`."""
+
+
+class ReentrantCall(AlarmtopError):
+    """An object called itself through a stub while handling an event (it would deadlock)."""
+
+    def __init__(self, class_name: str, object_name: str) -> None:
+        super().__init__(
+            f"{class_name}/{object_name} called itself through a stub during an event; "
+            "call the method directly on self instead"
+        )
+        self.class_name = class_name
+        self.object_name = object_name
+
+
+class StorageError(AlarmtopError):
+    """A database could not be opened, read or written."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message if path is None else f"{message} (file: {path})")
+        self.path = path
+
+
+class SqlError(StorageError):
+    """An object's SQL statement failed (syntax, constraint, missing table...)."""
+
+
+class AlarmHandlerTimeout(AlarmtopError):
+    """An alarm handler ran past `alarm_timeout` and was cancelled."""
+
+    def __init__(self, class_name: str, object_name: str, timeout_s: float) -> None:
+        super().__init__(
+            f"alarm handler of {class_name}/{object_name} ran longer than "
+            f"alarm_timeout={timeout_s:g}s and was cancelled"
+        )
+        self.class_name = class_name
+        self.object_name = object_name

@@ -1,0 +1,120 @@
+"""Live fault injection: make a target misbehave on purpose, visibly.
+
+A fault names a target (`Class/name` for an object, an execution id for an
+execution), a kind, and how often it applies. Faults may be injected before
+their target exists; they wait for it. Every change is an event.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from alarmtop.core.errors import InvalidFault, UnknownFault
+from alarmtop.core.events import EventBus
+
+FAULT_KINDS: dict[str, str] = {
+    "alarm_raise": "the object's alarm handler raises instead of running (times, or None: always)",
+    "alarm_delay": "the object's alarm handler starts `seconds` late (counts toward its timeout)",
+    "step_raise": "a step raises instead of running its body (step, times)",
+    "step_crash": "the invocation dies at point A, B or C of a step (step, point, times)",
+    "compensation_fail": "a compensation step raises instead of running (step, times)",
+    "idempotency_off": "a step's idempotency key is not honoured (step)",
+}
+_STEP_KINDS = {"step_raise", "step_crash", "compensation_fail", "idempotency_off"}
+
+
+class InjectedFault(RuntimeError):
+    """Raised in place of a handler or step body by an injected fault."""
+
+    def __init__(self, fault_id: str, kind: str, target: str) -> None:
+        super().__init__(f"injected fault {fault_id} ({kind}) on {target}")
+        self.fault_id = fault_id
+        self.kind = kind
+        self.target = target
+
+
+@dataclass
+class Fault:
+    id: str
+    target: str
+    kind: str
+    times: int | None  # None: every time until cleared
+    remaining: int | None
+    seconds: float | None = None
+    step: str | None = None
+    point: str | None = None
+    triggered: int = 0
+    created_ms: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class FaultRegistry:
+    def __init__(self, events: EventBus, now_ms: Any) -> None:
+        self._events = events
+        self._now_ms = now_ms
+        self._faults: dict[str, Fault] = {}
+        self._ids = itertools.count(1)
+
+    def inject(self, target: str, kind: str, times: int | None = 1, *,
+               seconds: float | None = None, step: str | None = None,
+               point: str | None = None) -> str:
+        """Add a fault and return its id. Raises `InvalidFault` saying what is wrong."""
+        _validate(target, kind, times, seconds, step, point)
+        fid = f"f{next(self._ids)}"
+        fault = Fault(fid, target, kind, times, times, seconds, step,
+                      point.upper() if point else None, 0, self._now_ms())
+        self._faults[fid] = fault
+        self._events.emit("fault.injected", fault.to_dict())
+        return fid
+
+    def list(self) -> list[dict[str, Any]]:
+        return [f.to_dict() for f in self._faults.values()]
+
+    def clear(self, fault_id: str) -> None:
+        fault = self._faults.pop(fault_id, None)
+        if fault is None:
+            raise UnknownFault(fault_id)
+        self._events.emit("fault.cleared", fault.to_dict())
+
+    def find(self, target: str, kind: str, step: str | None = None) -> Fault | None:
+        for fault in self._faults.values():
+            if fault.target == target and fault.kind == kind and (
+                    step is None or fault.step == step):
+                return fault
+        return None
+
+    def take(self, target: str, kind: str, step: str | None = None) -> Fault | None:
+        """Use up one application of a matching fault, if any."""
+        fault = self.find(target, kind, step)
+        if fault is None:
+            return None
+        fault.triggered += 1
+        if fault.remaining is not None:
+            fault.remaining -= 1
+            if fault.remaining <= 0:
+                del self._faults[fault.id]
+        self._events.emit("fault.triggered", fault.to_dict())
+        return fault
+
+
+def _validate(target: str, kind: str, times: int | None, seconds: float | None,
+              step: str | None, point: str | None) -> None:
+    if kind not in FAULT_KINDS:
+        raise InvalidFault(f"unknown fault kind {kind!r}; kinds: {', '.join(FAULT_KINDS)}")
+    if not isinstance(target, str) or not target:
+        raise InvalidFault("a fault needs a target: 'Class/name' or an execution id")
+    if kind.startswith("alarm_") and "/" not in target:
+        raise InvalidFault(f"{kind} targets an object: write it as 'Class/name', not {target!r}")
+    if times is not None and (not isinstance(times, int) or isinstance(times, bool) or times < 1):
+        raise InvalidFault(f"times must be a whole number >= 1 or None (always), not {times!r}")
+    if kind == "alarm_delay" and (not isinstance(seconds, (int, float)) or seconds <= 0):
+        raise InvalidFault("alarm_delay needs seconds > 0, e.g. seconds=5")
+    if kind in _STEP_KINDS and not step:
+        raise InvalidFault(f"{kind} needs the name of the step it applies to (step=...)")
+    if kind == "step_crash" and (point or "").upper() not in ("A", "B", "C"):
+        raise InvalidFault("step_crash needs point 'A' (before the body), 'B' (after the body, "
+                           "before its checkpoint) or 'C' (after the checkpoint)")

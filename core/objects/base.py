@@ -1,0 +1,76 @@
+"""What user code sees: `DurableObject`, its `ctx`, and `AlarmInfo`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.objects.storage_api import Storage
+
+if TYPE_CHECKING:
+    from alarmtop.core.clock import Clock
+
+
+@dataclass(frozen=True)
+class AlarmInfo:
+    """Passed to `alarm()`: which attempt this is."""
+
+    retry_count: int
+    scheduled_ms: int
+
+    @property
+    def is_retry(self) -> bool:
+        return self.retry_count > 0
+
+
+class ObjectContext:
+    """`self.ctx` of a durable object: its name, clock and storage."""
+
+    def __init__(self, class_name: str, name: str, storage: Storage, clock: Clock) -> None:
+        self.class_name = class_name
+        self.id = name
+        self.storage = storage
+        self._clock = clock
+        self._blockers: list[asyncio.Task[Any]] = []
+
+    def now_ms(self) -> int:
+        """The runtime clock in epoch milliseconds (use it instead of time.time())."""
+        return self._clock.now_ms()
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the runtime clock (a virtual clock in tests)."""
+        await self._clock.sleep(seconds)
+
+    def block_concurrency_while(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
+        """Run `fn` while no event is delivered to this object (typical in `__init__`)."""
+        task = self._clock.spawn(_await(fn), name=f"block:{self.class_name}/{self.id}")
+        self._blockers.append(task)
+        return task
+
+    async def _drain_blockers(self) -> None:
+        while self._blockers:
+            task = self._blockers.pop(0)
+            await self._clock.idle_wait(task)
+
+
+async def _await(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return await fn()
+
+
+class DurableObject:
+    """Base class of durable objects.
+
+    Subclasses define async methods (called through stubs), and optionally
+    `alarm(self, info)`. `__init__(ctx, env)` runs on every wake, before any event.
+    """
+
+    def __init__(self, ctx: ObjectContext, env: Any) -> None:
+        self.ctx = ctx
+        self.env = env
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} set an alarm but defines no "
+            "'async def alarm(self, info)' handler")

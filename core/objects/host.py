@@ -1,0 +1,185 @@
+"""Where objects live: wake on an event, one event at a time, hibernate when idle.
+
+A resident entry exists while an object has an instance in memory or events
+waiting for it. Its lock serialises events; the hibernation task drops idle
+instances (closing their databases) after `hibernate_after`, and the least
+recently used ones when more than `max_resident` are live.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from alarmtop.core.clock import Clock, Wakeup
+from alarmtop.core.errors import ReentrantCall
+from alarmtop.core.events import EventBus
+from alarmtop.core.objects.base import DurableObject, ObjectContext
+from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
+from alarmtop.core.objects.storage_api import AlarmAccess, Storage
+from alarmtop.core.storage.interface import StorageBackend
+
+ObjectKey = tuple[str, str]
+
+
+class Resident:
+    __slots__ = (
+        "ctx",
+        "instance",
+        "key",
+        "last_active_ms",
+        "lock",
+        "owner",
+        "storage",
+        "users",
+    )
+
+    def __init__(self, key: ObjectKey, now_ms: int) -> None:
+        self.key = key
+        self.lock = asyncio.Lock()
+        self.users = 0
+        self.instance: DurableObject | None = None
+        self.ctx: ObjectContext | None = None
+        self.storage: Storage | None = None
+        self.last_active_ms = now_ms
+        self.owner: asyncio.Task[Any] | None = None
+
+
+class ObjectHost:
+    def __init__(self, classes: dict[str, type[DurableObject]], backend: StorageBackend,
+                 alarms: AlarmAccess, clock: Clock, events: EventBus, env: Any, *,
+                 hibernate_after_s: float, max_resident: int,
+                 delete_all_preserves_alarm: bool) -> None:
+        self._classes = classes
+        self._backend = backend
+        self._alarms = alarms
+        self._clock = clock
+        self._events = events
+        self._env = env
+        self._hibernate_after_ms = round(hibernate_after_s * 1000)
+        self._max_resident = max_resident
+        self._preserve_alarm = delete_all_preserves_alarm
+        self._residents: collections.OrderedDict[ObjectKey, Resident] = collections.OrderedDict()
+        self._live = 0
+        self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
+        self._reaper: asyncio.Task[None] | None = None
+        self._deadline: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._reaper = self._clock.spawn(self._reap_loop(), name="hibernation")
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            await asyncio.gather(self._reaper, return_exceptions=True)
+            self._reaper = None
+        for key in list(self._residents):
+            await self.hibernate(key)
+
+    @property
+    def live_count(self) -> int:
+        return self._live
+
+    def is_resident(self, key: ObjectKey) -> bool:
+        r = self._residents.get(key)
+        return r is not None and r.instance is not None
+
+    def resident_keys(self) -> list[ObjectKey]:
+        return [k for k, r in self._residents.items() if r.instance is not None]
+
+    # -- events ---------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def exclusive(self, key: ObjectKey) -> AsyncIterator[Resident]:
+        """Hold the object's event lock (without waking it)."""
+        r = self._residents.get(key)
+        if r is None:
+            r = self._residents[key] = Resident(key, self._clock.now_ms())
+        task = asyncio.current_task()
+        if r.owner is task and task is not None:
+            raise ReentrantCall(*key)
+        r.users += 1
+        try:
+            if r.lock.locked():
+                await self._clock.idle_wait(r.lock.acquire())
+            else:
+                await r.lock.acquire()
+            r.owner = task
+            try:
+                yield r
+            finally:
+                r.owner = None
+                r.last_active_ms = self._clock.now_ms()
+                r.lock.release()
+        finally:
+            r.users -= 1
+            if key in self._residents:
+                self._residents.move_to_end(key)
+            if r.users == 0 and r.instance is None:
+                self._residents.pop(key, None)
+
+    async def wake(self, r: Resident) -> DurableObject:
+        """The live instance, constructing it (and running its blockers) if needed."""
+        if r.instance is not None:
+            return r.instance
+        cls_name, name = r.key
+        cls = self._classes[cls_name]
+        storage = r.storage or Storage(r.key, lambda: self._backend.open_object(cls_name, name),
+                                       self._alarms, self._preserve_alarm)
+        ctx = ObjectContext(cls_name, name, storage, self._clock)
+        r.storage, r.ctx = storage, ctx
+        instance = cls(ctx, self._env)
+        await ctx._drain_blockers()
+        r.instance = instance
+        self._live += 1
+        self._events.emit("object.woke", {"object": f"{cls_name}/{name}"})
+        if self._live > self._max_resident or self._deadline is None:
+            self._wakeup.poke()
+        return instance
+
+    async def finish_event(self, r: Resident) -> None:
+        """The output gate: make the event's writes durable before its output leaves."""
+        if r.ctx is not None:
+            await r.ctx._drain_blockers()
+        if r.storage is not None:
+            await r.storage._commit()
+
+    # -- hibernation ----------------------------------------------------------------------
+
+    async def hibernate(self, key: ObjectKey) -> bool:
+        r = self._residents.get(key)
+        if r is None or r.users > 0 or r.lock.locked():
+            return False
+        async with self.exclusive(key) as r:
+            if r.instance is None:
+                return False
+            if r.storage is not None:
+                await r.storage._close()
+            r.instance = r.ctx = r.storage = None
+            self._live -= 1
+        self._residents.pop(key, None)
+        self._events.emit("object.hibernated", {"object": f"{key[0]}/{key[1]}"})
+        return True
+
+    def _views(self) -> Iterator[ResidentView]:
+        # A generator: the decisions stop reading at the first recently used object.
+        return (ResidentView(k, r.last_active_ms, r.users > 0)
+                for k, r in self._residents.items() if r.instance is not None)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            views = self._views()
+            for key in choose_evictions(views, self._clock.now_ms(), self._hibernate_after_ms,
+                                        self._max_resident, self._live):
+                await self.hibernate(key)
+            deadline = next_deadline(self._views(), self._hibernate_after_ms)
+            if deadline is not None:  # an object that could not go now is tried again later
+                deadline = max(deadline, self._clock.now_ms() + 1000)
+            self._deadline = deadline
+            await self._wakeup.wait(self._deadline)
+

@@ -1,0 +1,284 @@
+"""`Runtime`: registers object classes, routes calls to them, owns every component."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from alarmtop.core.alarms.dispatch import AlarmDispatcher
+from alarmtop.core.alarms.policy import AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.alarms.scheduler import AlarmScheduler
+from alarmtop.core.alarms.status import AlarmStatus
+from alarmtop.core.clock import Clock, SystemClock
+from alarmtop.core.cron import CronFn, CronJob, CronRunner
+from alarmtop.core.errors import (
+    InvalidArgument,
+    InvalidObjectName,
+    NoAlarm,
+    RuntimeNotRunning,
+    UnknownClass,
+    UnknownMethod,
+)
+from alarmtop.core.events import EventBus
+from alarmtop.core.faults import FaultRegistry
+from alarmtop.core.objects.base import DurableObject
+from alarmtop.core.objects.host import ObjectHost
+from alarmtop.core.serialization import alarm_time_ms, json_copy
+from alarmtop.core.storage.interface import StorageBackend
+from alarmtop.core.storage.sqlite_objects import SqliteBackend
+
+# Methods the runtime calls itself; RPC cannot reach them.
+_RESERVED = frozenset({"alarm", "web_socket_message", "web_socket_close", "web_socket_error"})
+MAX_NAME_LENGTH = 256
+
+
+def check_object_name(name: Any) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidObjectName(f"object names are non-empty strings, not {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidObjectName(f"object name is {len(name)} characters long; the limit is "
+                                f"{MAX_NAME_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidObjectName(f"object name {name!r} contains control characters")
+    return name
+
+
+class Stub:
+    """A handle on one object; attribute access gives async RPC callables."""
+
+    __slots__ = ("_class_name", "_name", "_runtime")
+
+    def __init__(self, runtime: Runtime, class_name: str, name: str) -> None:
+        self._runtime = runtime
+        self._class_name = class_name
+        self._name = name
+
+    @property
+    def id(self) -> str:
+        return self._name
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        runtime, class_name, name = self._runtime, self._class_name, self._name
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await runtime._call(class_name, name, method, args, kwargs)
+
+        call.__name__ = method
+        return call
+
+    def __repr__(self) -> str:
+        return f"<Stub {self._class_name}/{self._name}>"
+
+
+class Runtime:
+    """Hosts durable objects and their alarms on one storage backend.
+
+    Args:
+        data_dir: where the SQLite files live (ignored when `backend` is given).
+        clock: the time source; `SystemClock()` when omitted, `VirtualClock` in tests.
+        env: passed to every object's constructor.
+        hibernate_after: seconds of idleness before an object is evicted from memory.
+        max_resident: how many objects may be live at once (least recently used go first).
+        alarm_timeout: seconds an alarm handler may run before it is cancelled (a failure).
+        retry_policy: default `RetryPolicy` for alarm handlers that raise.
+        delete_all_preserves_alarm: keep the alarm on `storage.delete_all()`.
+        max_concurrent_alarms: bound on alarm handlers running at once.
+        window_size: how many soonest-due alarms are kept in memory.
+        sweep_interval: seconds between sweeps for overdue work and dead letters.
+    """
+
+    def __init__(self, data_dir: str | Path = "./data", clock: Clock | None = None, *,
+                 env: Any = None, hibernate_after: float = 10.0, max_resident: int = 1000,
+                 alarm_timeout: float = 900.0, retry_policy: RetryPolicy | None = None,
+                 delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
+                 window_size: int = 10_000, sweep_interval: float = 60.0,
+                 backend: StorageBackend | None = None, rng: random.Random | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.data_dir = Path(data_dir)
+        self.env = env
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.events = EventBus(self.clock)
+        self.faults = FaultRegistry(self.events, self.clock.now_ms)
+        self.backend: StorageBackend = backend or SqliteBackend(self.data_dir)
+        self._classes: dict[str, type[DurableObject]] = {}
+        self._policies: dict[str, RetryPolicy] = {}
+        self.scheduler = AlarmScheduler(
+            self.backend.alarm_index, self.clock, self.events, self.policy_for,
+            max_concurrent=max_concurrent_alarms, window_size=window_size,
+            sweep_interval_s=sweep_interval, rng=rng)
+        self.host = ObjectHost(self._classes, self.backend, self.scheduler, self.clock,
+                               self.events, env, hibernate_after_s=hibernate_after,
+                               max_resident=max_resident,
+                               delete_all_preserves_alarm=delete_all_preserves_alarm)
+        self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
+                                           alarm_timeout)
+        self._cron = CronRunner(self.clock, self.events)
+        self.running = False
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def register(self, cls: type[DurableObject], *,
+                 retry_policy: RetryPolicy | None = None) -> type[DurableObject]:
+        """Make `cls` addressable by its class name; optionally with its own retry policy."""
+        if not (isinstance(cls, type) and issubclass(cls, DurableObject)):
+            raise InvalidArgument(f"register() takes a DurableObject subclass, not {cls!r}")
+        name = cls.__name__
+        existing = self._classes.get(name)
+        if existing is not None and existing is not cls:
+            raise InvalidArgument(f"another class named {name!r} is already registered")
+        self._classes[name] = cls
+        if retry_policy is not None:
+            self._policies[name] = retry_policy
+        return cls
+
+    def policy_for(self, class_name: str) -> RetryPolicy:
+        return self._policies.get(class_name, self.retry_policy)
+
+    def cron(self, expression: str, fn: CronFn, *, name: str | None = None,
+             timezone: str = "UTC") -> CronJob:
+        """Run `fn` (sync or async) on a five-field cron schedule, on the runtime clock."""
+        return self._cron.add(expression, fn, name, timezone)
+
+    async def start(self) -> None:
+        """Open storage, recover attempts cut short by a crash, start firing alarms."""
+        if self.running:
+            return
+        await self.backend.open()
+        self.running = True
+        await self.scheduler.start(self._dispatcher.fire)
+        self.host.start()
+        self._cron.start()
+
+    async def stop(self) -> None:
+        """Stop firing, hibernate every object, close storage."""
+        if not self.running:
+            return
+        self.running = False
+        await self._cron.stop()
+        await self.scheduler.stop()
+        await self.host.stop()
+        await self.backend.close()
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.stop()
+
+    # -- objects --------------------------------------------------------------------------
+
+    def _class_name(self, cls: type[DurableObject] | str) -> str:
+        name = cls if isinstance(cls, str) else getattr(cls, "__name__", repr(cls))
+        if name not in self._classes:
+            raise UnknownClass(name, list(self._classes))
+        return name
+
+    def get(self, cls: type[DurableObject] | str, name: str) -> Stub:
+        """A stub for the object `name` of class `cls` (a class or its registered name)."""
+        return Stub(self, self._class_name(cls), check_object_name(name))
+
+    def _check_running(self) -> None:
+        if not self.running:
+            raise RuntimeNotRunning("the runtime is not running; await runtime.start() first")
+
+    async def _call(self, class_name: str, name: str, method: str, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+        self._check_running()
+        fn = getattr(self._classes[class_name], method, None)
+        if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
+            raise UnknownMethod(class_name, method)
+        args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
+        kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
+        async with self.host.exclusive((class_name, name)) as r:
+            instance = await self.host.wake(r)
+            try:
+                result = await getattr(instance, method)(*args, **kwargs)
+            finally:
+                await self._end_event(r.key, r.storage)
+        return json_copy(result, f"the result of {class_name}.{method}")
+
+    async def _end_event(self, key: tuple[str, str], storage: Any) -> None:
+        """The output gate: storage writes, then the alarm change, both durable."""
+        r_ctx = storage
+        if r_ctx is None:
+            return
+        await r_ctx._commit()
+        dirty, at_ms = r_ctx._take_alarm_change()
+        if dirty:
+            await self.scheduler.set_from_object(key, at_ms)
+
+    # -- alarms ---------------------------------------------------------------------------
+
+    def _status(self, rec: AlarmRecord) -> AlarmStatus:
+        return AlarmStatus.of(rec, self.policy_for(rec.object_class))
+
+    async def alarms(self, limit: int | None = None, offset: int = 0) -> list[AlarmStatus]:
+        """Alarms, most urgent first: dead, retrying, running, then by due time."""
+        self._check_running()
+        recs = await self.backend.alarm_index.page(-1 if limit is None else limit, offset)
+        return [self._status(r) for r in recs]
+
+    async def alarm(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus | None:
+        self._check_running()
+        rec = await self.scheduler.lookup((self._class_name(cls), check_object_name(name)))
+        return None if rec is None else self._status(rec)
+
+    async def dead_letters(self, limit: int | None = None, offset: int = 0) -> list[AlarmStatus]:
+        self._check_running()
+        recs = await self.backend.alarm_index.in_state(
+            AlarmState.DEAD.value, -1 if limit is None else limit, offset)
+        return [self._status(r) for r in recs]
+
+    async def alarm_counts(self) -> dict[str, int]:
+        self._check_running()
+        return await self.backend.alarm_index.counts()
+
+    async def _operate(self, cls: type[DurableObject] | str, name: str, action: str,
+                       apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:
+        self._check_running()
+        key = (self._class_name(cls), check_object_name(name))
+        async with self.host.exclusive(key) as r:
+            rec = await self.scheduler.lookup(key)
+            if rec is None:
+                raise NoAlarm(*key, action)
+            new = await apply(rec)
+            if r.storage is not None:
+                r.storage._forget_alarm()
+        return self._status(new if new is not None else rec)
+
+    async def rearm(self, cls: type[DurableObject] | str, name: str,
+                    at_ms: Any = None) -> AlarmStatus:
+        """Give an alarm (typically a dead letter) a fresh ladder at `at_ms` (None: now)."""
+        at = self.clock.now_ms() if at_ms is None else alarm_time_ms(at_ms)
+        return await self._operate(cls, name, "re-arm",
+                                   lambda rec: self.scheduler.rearm(rec, at))
+
+    async def fire_now(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
+        """Run the alarm's next attempt now (a dead letter is re-armed for now)."""
+        return await self._operate(cls, name, "fire", self.scheduler.fire_now)
+
+    async def clear_dead_letter(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
+        """Drop a dead letter for good (it stays in the event log)."""
+        async def clear(rec: AlarmRecord) -> None:
+            if rec.state is not AlarmState.DEAD:
+                raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
+                                      f"{rec.state.value}, not a dead letter; nothing cleared")
+            await self.scheduler.set_from_object(rec.key, None)
+        return await self._operate(cls, name, "clear", clear)
+
+    async def sweep(self) -> int:
+        """Run the sweeper now; returns how many overdue alarms it re-queued."""
+        self._check_running()
+        return await self.scheduler.sweep()
+
+    def resident_objects(self) -> list[tuple[str, str]]:
+        return self.host.resident_keys()
+

@@ -1,0 +1,105 @@
+"""What the runtime needs from storage, independent of the database behind it.
+
+The SQLite implementation is the embedded default; a PostgreSQL one (several
+runtime nodes, due alarms claimed with FOR UPDATE SKIP LOCKED, objects owned
+through lease rows) implements the same protocols. Nothing above this layer may
+assume SQLite or a single process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of one SQL statement run for an object."""
+
+    columns: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    rows_written: int
+
+
+class ObjectStore(Protocol):
+    """One object's private database. Calls for one object never overlap."""
+
+    path: str
+
+    async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult: ...
+
+    async def kv_get(self, keys: Sequence[str]) -> dict[str, str]: ...
+
+    async def kv_put(self, items: Sequence[tuple[str, str]]) -> None: ...
+
+    async def kv_delete(self, keys: Sequence[str]) -> int: ...
+
+    async def kv_list(self, prefix: str, limit: int | None) -> list[tuple[str, str]]: ...
+
+    async def begin(self) -> None:
+        """Open the event's implicit transaction if none is open."""
+        ...
+
+    async def savepoint(self, name: str) -> None: ...
+
+    async def release(self, name: str) -> None: ...
+
+    async def rollback_to(self, name: str) -> None: ...
+
+    async def commit(self) -> None:
+        """Make everything written so far durable (fsync'd)."""
+        ...
+
+    async def destroy(self) -> None:
+        """Drop every table and row; the store stays usable afterwards."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AlarmIndex(Protocol):
+    """Every object's alarm, with writes that are durable when they return."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = ()) -> None:
+        """Store records and remove keys, durably; concurrent calls share commits."""
+        ...
+
+    async def get(self, key: AlarmKey) -> AlarmRecord | None: ...
+
+    async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
+        """Live alarms due after `after_ms`, soonest first: at least `limit` of them
+        when there are that many (ties with the last one included), and whether the
+        page reached the end."""
+        ...
+
+    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]: ...
+
+    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]: ...
+
+    async def page(self, limit: int, offset: int = 0) -> list[AlarmRecord]:
+        """Alarms most urgent first: dead, retrying (near exhaustion first), then by due time."""
+        ...
+
+    async def counts(self) -> dict[str, int]: ...
+
+
+class StorageBackend(Protocol):
+    """Opens per-object stores and the shared alarm index."""
+
+    @property
+    def alarm_index(self) -> AlarmIndex: ...
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def open_object(self, object_class: str, object_name: str) -> ObjectStore: ...
+
+    async def count_objects(self) -> int: ...

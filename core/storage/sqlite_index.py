@@ -1,0 +1,195 @@
+"""The alarm index on SQLite: one table, one writer thread, group commit.
+
+Concurrent writers hand their changes to one committer; it applies everything
+queued in one transaction and one fsync, then wakes all of them. One commit per
+alarm would cap firing at the fsync rate; a shared commit does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
+from alarmtop.core.errors import StorageError
+from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
+
+T = TypeVar("T")
+
+_COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
+            "last_error, attempts, started_ms")
+_UPSERT = f"INSERT OR REPLACE INTO alarms ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
+            "ELSE 3 END")
+MAX_BATCH = 20_000
+
+
+def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
+    attempts = json.dumps([a.to_dict() for a in rec.attempts]) if rec.attempts else None
+    return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
+            rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms)
+
+
+def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
+    attempts = tuple(Attempt.from_dict(a) for a in json.loads(row[7])) if row[7] else ()
+    return AlarmRecord(row[0], row[1], row[2], AlarmState(row[3]), row[4], row[5], row[6],
+                       attempts, row[8])
+
+
+class SqliteAlarmIndex:
+    """`AlarmIndex` on one SQLite file in WAL mode with synchronous=FULL."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
+        self._conn: sqlite3.Connection | None = None
+        self._queue: list[tuple[Sequence[AlarmRecord], Sequence[AlarmKey],
+                                asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, *args)
+
+    def _connect(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            migrate(conn, RUNTIME_MIGRATIONS)
+        except sqlite3.DatabaseError as exc:
+            raise StorageError(f"cannot open the runtime database: {exc}", str(self.path)) from exc
+        self._conn = conn
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await self._run(self._connect)
+        self._wake = asyncio.Event()
+        self._writer = asyncio.get_running_loop().create_task(self._write_loop(),
+                                                              name="alarm-index-writer")
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.cancel()
+            try:
+                await self._writer
+            except asyncio.CancelledError:
+                pass
+            self._writer = None
+        for _, _, fut in self._queue:
+            if not fut.done():
+                fut.set_exception(StorageError("the alarm index was closed before this write"))
+        self._queue.clear()
+        if self._conn is not None:
+            await self._run(self._conn.close)
+            self._conn = None
+        self._executor.shutdown(wait=True)
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise StorageError("the alarm index is not open", str(self.path))
+        return self._conn
+
+    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = ()) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((puts, deletes, fut))
+        assert self._wake is not None, "alarm index not open"
+        self._wake.set()
+        await fut
+
+    async def _write_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                final: dict[AlarmKey, AlarmRecord | None] = {}
+                for puts, deletes, _ in batch:
+                    for key in deletes:
+                        final[key] = None
+                    for rec in puts:
+                        final[rec.key] = rec
+                try:
+                    await self._run(self._apply, final)
+                except Exception as exc:  # every waiter learns that its write failed
+                    err = StorageError(f"alarm index write failed: {exc}", str(self.path))
+                    for *_, fut in batch:
+                        if not fut.done():
+                            fut.set_exception(err)
+                    continue
+                for *_, fut in batch:
+                    if not fut.done():
+                        fut.set_result(None)
+
+    def _apply(self, final: dict[AlarmKey, AlarmRecord | None]) -> None:
+        conn = self.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            dels = [k for k, v in final.items() if v is None]
+            if dels:
+                conn.executemany(
+                    "DELETE FROM alarms WHERE object_class=? AND object_name=?", dels)
+            puts = [_to_row(v) for v in final.values() if v is not None]
+            if puts:
+                conn.executemany(_UPSERT, puts)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[AlarmRecord]:
+        return [_from_row(r) for r in self.conn.execute(sql, params).fetchall()]
+
+    async def get(self, key: AlarmKey) -> AlarmRecord | None:
+        rows = await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms "
+                               "WHERE object_class=? AND object_name=?", key)
+        return rows[0] if rows else None
+
+    def _due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
+        after = -(2**62) if after_ms == float("-inf") else int(after_ms)
+        base = (f"SELECT {_COLUMNS} FROM alarms WHERE state != 'dead' "
+                "AND next_attempt_ms > ?")
+        rows = self._query(base + " ORDER BY next_attempt_ms LIMIT ?", (after, limit))
+        if len(rows) < limit:
+            return rows, True
+        last = rows[-1].next_attempt_ms
+        ties = self._query(base + " AND next_attempt_ms = ? ORDER BY object_class, object_name",
+                           (after, last))
+        seen = {r.key for r in rows}
+        rows.extend(r for r in ties if r.key not in seen)
+        return rows, False
+
+    async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
+        return await self._run(self._due_after, after_ms, limit)
+
+    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]:
+        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms WHERE state=? "
+                               "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
+                               (state, limit, offset))
+
+    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]:
+        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms WHERE "
+                               "state != 'dead' AND next_attempt_ms < ? "
+                               "ORDER BY next_attempt_ms LIMIT ?", (before_ms, limit))
+
+    async def page(self, limit: int, offset: int = 0) -> list[AlarmRecord]:
+        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms ORDER BY "
+                               f"{_URGENCY}, retry_count DESC, next_attempt_ms, object_class, "
+                               "object_name LIMIT ? OFFSET ?", (limit, offset))
+
+    def _counts(self) -> dict[str, int]:
+        rows = self.conn.execute("SELECT state, count(*) FROM alarms GROUP BY state").fetchall()
+        counts = {s.value: 0 for s in AlarmState}
+        counts.update({state: n for state, n in rows})
+        return counts
+
+    async def counts(self) -> dict[str, int]:
+        return await self._run(self._counts)

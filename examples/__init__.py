@@ -1,0 +1,1 @@
+"""Example durable objects, used by the demo and by the tests."""

@@ -1,0 +1,1 @@
+"""alarmtop's Textual console."""
