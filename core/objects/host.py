@@ -105,10 +105,9 @@ class ObjectHost:
             raise ReentrantCall(*key)
         r.users += 1
         try:
-            if r.lock.locked():
-                await self._clock.idle_wait(r.lock.acquire())
-            else:
-                await r.lock.acquire()
+            # Waiting for another event of this object is not work of our own: that
+            # event may be sleeping on the clock, and time must be free to move.
+            await self._clock.idle_wait(r.lock.acquire())
             r.owner = task
             try:
                 yield r
