@@ -20,6 +20,8 @@ from alarmtop.core.errors import StorageError
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
+WriteFn = Callable[[sqlite3.Connection], None]
+_Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "asyncio.Future[None]"]
 
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
             "last_error, attempts, started_ms")
@@ -48,8 +50,7 @@ class SqliteAlarmIndex:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
         self._conn: sqlite3.Connection | None = None
-        self._queue: list[tuple[Sequence[AlarmRecord], Sequence[AlarmKey],
-                                asyncio.Future[None]]] = []
+        self._queue: list[_Entry] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
 
@@ -82,7 +83,7 @@ class SqliteAlarmIndex:
             except asyncio.CancelledError:
                 pass
             self._writer = None
-        for _, _, fut in self._queue:
+        for *_, fut in self._queue:
             if not fut.done():
                 fut.set_exception(StorageError("the alarm index was closed before this write"))
         self._queue.clear()
@@ -97,12 +98,20 @@ class SqliteAlarmIndex:
             raise StorageError("the alarm index is not open", str(self.path))
         return self._conn
 
-    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = ()) -> None:
+    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = (),
+                    extra: WriteFn | None = None) -> None:
+        """Store records, remove keys and run `extra` (other tables of the runtime
+        database), durably, sharing one commit with every concurrent writer."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((puts, deletes, fut))
-        assert self._wake is not None, "alarm index not open"
+        self._queue.append((puts, deletes, extra, fut))
+        if self._wake is None:
+            raise StorageError("the runtime database is not open", str(self.path))
         self._wake.set()
         await fut
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a read on the database thread (it sees every completed write)."""
+        return await self._run(lambda: fn(self.conn))
 
     async def _write_loop(self) -> None:
         assert self._wake is not None
@@ -111,25 +120,49 @@ class SqliteAlarmIndex:
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                final: dict[AlarmKey, AlarmRecord | None] = {}
-                for puts, deletes, _ in batch:
-                    for key in deletes:
-                        final[key] = None
-                    for rec in puts:
-                        final[rec.key] = rec
                 try:
-                    await self._run(self._apply, final)
-                except Exception as exc:  # every waiter learns that its write failed
-                    err = StorageError(f"alarm index write failed: {exc}", str(self.path))
-                    for *_, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(err)
+                    await self._commit(batch)
+                except Exception as exc:
+                    if len(batch) == 1:
+                        self._fail(batch, exc)
+                        continue
+                    # One bad write must not fail its neighbours: retry each alone.
+                    for entry in batch:
+                        try:
+                            await self._commit([entry])
+                        except Exception as one:
+                            self._fail([entry], one)
+                        else:
+                            self._done([entry])
                     continue
-                for *_, fut in batch:
-                    if not fut.done():
-                        fut.set_result(None)
+                self._done(batch)
 
-    def _apply(self, final: dict[AlarmKey, AlarmRecord | None]) -> None:
+    async def _commit(self, batch: list[_Entry]) -> None:
+        final: dict[AlarmKey, AlarmRecord | None] = {}
+        extras: list[WriteFn] = []
+        for puts, deletes, extra, _ in batch:
+            for key in deletes:
+                final[key] = None
+            for rec in puts:
+                final[rec.key] = rec
+            if extra is not None:
+                extras.append(extra)
+        await self._run(self._apply, final, extras)
+
+    @staticmethod
+    def _done(batch: list[_Entry]) -> None:
+        for *_, fut in batch:
+            if not fut.done():
+                fut.set_result(None)
+
+    def _fail(self, batch: list[_Entry], exc: BaseException) -> None:
+        err = StorageError(f"runtime database write failed: {exc}", str(self.path))
+        for *_, fut in batch:
+            if not fut.done():
+                fut.set_exception(err)
+
+    def _apply(self, final: dict[AlarmKey, AlarmRecord | None],
+               extras: Sequence[WriteFn] = ()) -> None:
         conn = self.conn
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -140,6 +173,8 @@ class SqliteAlarmIndex:
             puts = [_to_row(v) for v in final.values() if v is not None]
             if puts:
                 conn.executemany(_UPSERT, puts)
+            for fn in extras:
+                fn(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
