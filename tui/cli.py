@@ -11,14 +11,14 @@ import asyncio
 import contextlib
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alarmtop.core import Event, configure_logging
 
 
 def format_event(event: Event) -> str:
-    when = datetime.fromtimestamp(event.at_ms / 1000, tz=timezone.utc).strftime("%H:%M:%S.%f")
+    when = datetime.fromtimestamp(event.at_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")
     data = dict(event.data)
     obj = data.pop("object", "")
     rest = " ".join(f"{k}={v}" for k, v in data.items())
