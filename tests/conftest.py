@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,3 +42,5 @@ async def make_runtime(data_dir: Path, clock: VirtualClock) -> AsyncIterator[Run
     yield make
     for rt in reversed(started):
         await rt.stop()
+    # Collect now, so a database left open is reported against the test that left it.
+    gc.collect()

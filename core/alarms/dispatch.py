@@ -66,7 +66,7 @@ class AlarmDispatcher:
                 async with timeout:
                     instance = await self._host.wake(r)
                     assert r.storage is not None
-                    r.storage._begin_alarm_event()
+                    r.storage._begin_alarm_event(self._clock.now_ms())
                     await self._run_handler(instance, rec, target)
             finally:
                 await self._host.finish_event(r)  # writes are kept even when it raised

@@ -115,6 +115,8 @@ class ObjectHost:
                 r.owner = None
                 r.last_active_ms = self._clock.now_ms()
                 r.lock.release()
+                if self._deadline is None and r.instance is not None:
+                    self._wakeup.poke()  # the reaper slept with nothing idle to watch
         finally:
             r.users -= 1
             if key in self._residents:
@@ -161,7 +163,8 @@ class ObjectHost:
                 await r.storage._close()
             r.instance = r.ctx = r.storage = None
             self._live -= 1
-        self._residents.pop(key, None)
+        # The entry goes when its last user leaves (see exclusive): an event that
+        # queued behind us keeps it and wakes the object again.
         self._events.emit("object.hibernated", {"object": f"{key[0]}/{key[1]}"})
         return True
 

@@ -85,13 +85,15 @@ class Storage:
         await self._store.begin()
         return self._store
 
-    def _begin_alarm_event(self) -> None:
+    def _begin_alarm_event(self, now_ms: int) -> None:
         """The alarm is firing: the handler sees no alarm unless it sets one.
 
         A change made while waking (the constructor re-arming) counts as set by the
-        handler."""
-        if not self._alarm_dirty:
-            self._alarm, self._alarm_known = None, True
+        handler, unless it asks for a time that this very firing already serves:
+        such a re-arm must not pull the retry of a failing handler forward."""
+        if self._alarm_dirty and self._alarm is not None and self._alarm > now_ms:
+            return
+        self._alarm, self._alarm_known, self._alarm_dirty = None, True, False
 
     def _take_alarm_change(self) -> tuple[bool, int | None]:
         change = (self._alarm_dirty, self._alarm)

@@ -8,6 +8,7 @@ thread. Files are WAL with synchronous=FULL: a commit is on disk when it returns
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,8 +26,15 @@ _KV_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_kv "
 
 
 def object_file_name(object_name: str) -> str:
-    """A file name that keeps every object name apart (and never escapes the folder)."""
-    return quote(object_name, safe="") .replace(".", "%2E") + ".sqlite"
+    """A file name that keeps every object name apart (and never escapes the folder).
+
+    Names whose encoding would pass the 255-byte limit of file names keep a
+    readable prefix and end in a digest of the whole name."""
+    encoded = quote(object_name, safe="").replace(".", "%2E")
+    if len(encoded) > 180:
+        digest = hashlib.sha256(object_name.encode()).hexdigest()
+        encoded = f"{encoded[:100]}~{digest}"
+    return encoded + ".sqlite"
 
 
 class SqliteObjectStore:
@@ -52,12 +60,14 @@ class SqliteObjectStore:
     async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
         before = self._conn.total_changes
         try:
-            rows = await self._conn.execute_fetchall(sql, tuple(params))
+            cursor = await self._conn.execute(sql, tuple(params))
+            rows = await cursor.fetchall()
         except sqlite3.Error as exc:
             raise SqlError(f"{exc} (in: {sql[:200]})", self.path) from exc
         changed = self._conn.total_changes - before
         dict_rows = [dict(r) for r in rows]
-        columns = tuple(dict_rows[0].keys()) if dict_rows else ()
+        # The description names the columns even when no row came back.
+        columns = tuple(d[0] for d in cursor.description or ())
         return ExecResult(columns, dict_rows, changed)
 
     async def kv_get(self, keys: Sequence[str]) -> dict[str, str]:
