@@ -120,6 +120,11 @@ class Runtime:
                                            alarm_timeout)
         self._cron = CronRunner(self.clock, self.events)
         self.running = False
+        # Durable executions: execution objects share one engine and the runtime database.
+        from alarmtop.core.durable.service import AuditLog, ExecutionEngine, Executions, Ledger
+        self.executions = Executions(self, ExecutionEngine(self, rng))
+        self.audit = AuditLog(self)
+        self.ledger = Ledger(self)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -136,6 +141,25 @@ class Runtime:
         if retry_policy is not None:
             self._policies[name] = retry_policy
         return cls
+
+    def register_execution(self, fn: Any) -> Any:
+        """Register a `@durable_execution` handler (several versions of one name may coexist)."""
+        from alarmtop.core.durable.engine import make_execution_class
+        from alarmtop.core.durable.service import EXECUTION_CLASS, DurableFunction
+        if not isinstance(fn, DurableFunction):
+            raise InvalidArgument("register_execution() takes a function decorated with "
+                                  "@durable_execution")
+        engine = self.executions.engine
+        versions = engine.handlers.setdefault(fn.name, {})
+        if fn.version in versions and versions[fn.version].fn is not fn.fn:
+            raise InvalidArgument(f"execution handler {fn.name!r} version {fn.version!r} is "
+                                  "already registered; give the new code a new version")
+        versions[fn.version] = fn
+        if EXECUTION_CLASS not in self._classes:
+            # A crashed invocation is retried by the execution's alarm, 1 s later, doubling.
+            self.register(make_execution_class(engine),
+                          retry_policy=RetryPolicy(max_retries=8, initial_delay_s=1.0))
+        return fn
 
     def policy_for(self, class_name: str) -> RetryPolicy:
         return self._policies.get(class_name, self.retry_policy)

@@ -26,6 +26,47 @@ RUNTIME_MIGRATIONS: list[str] = [
     CREATE INDEX alarms_due ON alarms (next_attempt_ms) WHERE state != 'dead';
     CREATE INDEX alarms_state ON alarms (state);
     """,
+    """
+    CREATE TABLE executions (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        data TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX executions_status ON executions (status, updated_ms);
+    CREATE TABLE operations (
+        execution_id TEXT NOT NULL,
+        op_id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (execution_id, op_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE history (
+        execution_id TEXT NOT NULL,
+        event_id INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (execution_id, event_id)
+    ) WITHOUT ROWID;
+    CREATE TABLE ledger (
+        key TEXT PRIMARY KEY,
+        value TEXT,
+        at_ms INTEGER NOT NULL,
+        deliveries INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE audit (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms INTEGER NOT NULL,
+        actor TEXT NOT NULL,
+        role TEXT,
+        action TEXT NOT NULL,
+        target TEXT,
+        reason TEXT,
+        ok INTEGER NOT NULL,
+        detail TEXT
+    );
+    """,
 ]
 
 def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:

@@ -102,12 +102,17 @@ class SqliteAlarmIndex:
                     extra: WriteFn | None = None) -> None:
         """Store records, remove keys and run `extra` (other tables of the runtime
         database), durably, sharing one commit with every concurrent writer."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((puts, deletes, extra, fut))
+        await self.submit(puts, deletes, extra)
+
+    def submit(self, puts: Sequence[AlarmRecord] = (), deletes: Sequence[AlarmKey] = (),
+               extra: WriteFn | None = None) -> asyncio.Future[None]:
+        """Queue a write now (its order among writes is fixed here); await it for durability."""
         if self._wake is None:
             raise StorageError("the runtime database is not open", str(self.path))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((puts, deletes, extra, fut))
         self._wake.set()
-        await fut
+        return fut
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a read on the database thread (it sees every completed write)."""

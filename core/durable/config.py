@@ -1,0 +1,322 @@
+"""Configuration of durable operations, mirroring the AWS Durable Execution SDK.
+
+Durations are whole seconds; retry strategies are plain functions
+`(error, attempts_made) -> RetryDecision`, built by `create_retry_strategy` from
+a config or taken from `RetryPresets`. All of it is pure: no I/O, and jitter
+comes from an injectable `random.Random`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from alarmtop.core.durable.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Duration:
+    """A whole number of seconds (fractions are truncated, as in the AWS SDK)."""
+
+    seconds: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seconds, int) or isinstance(self.seconds, bool):
+            raise ValidationError(f"Duration takes whole seconds, not {self.seconds!r}")
+        if self.seconds < 0:
+            raise ValidationError("Duration seconds must be positive")
+
+    def to_seconds(self) -> int:
+        return self.seconds
+
+    @classmethod
+    def from_seconds(cls, value: float) -> Duration:
+        return cls(int(value))
+
+    @classmethod
+    def from_minutes(cls, value: float) -> Duration:
+        return cls(int(value * 60))
+
+    @classmethod
+    def from_hours(cls, value: float) -> Duration:
+        return cls(int(value * 3600))
+
+    @classmethod
+    def from_days(cls, value: float) -> Duration:
+        return cls(int(value * 86400))
+
+
+class JitterStrategy(enum.StrEnum):
+    NONE = "NONE"
+    FULL = "FULL"
+    HALF = "HALF"
+
+    def finalize_delay(self, base: float, rng: random.Random | None = None) -> int:
+        """Apply jitter, round up, and never go below one second."""
+        r = (rng or random).random()
+        if self is JitterStrategy.FULL:
+            base = r * base
+        elif self is JitterStrategy.HALF:
+            base = base / 2 + r * base / 2
+        return max(1, math.ceil(base))
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    should_retry: bool
+    delay: Duration = Duration(0)
+
+    @property
+    def delay_seconds(self) -> int:
+        return self.delay.seconds
+
+    @classmethod
+    def retry(cls, delay: Duration) -> RetryDecision:
+        return cls(True, delay)
+
+    @classmethod
+    def no_retry(cls) -> RetryDecision:
+        return cls(False)
+
+
+RetryStrategy = Callable[[BaseException, int], RetryDecision]
+
+
+@dataclass(frozen=True)
+class RetryStrategyConfig:
+    max_attempts: int = 3
+    initial_delay: Duration = Duration(5)
+    max_delay: Duration = Duration(300)
+    backoff_rate: float = 2.0
+    jitter_strategy: JitterStrategy = JitterStrategy.FULL
+    retryable_errors: Sequence[str | re.Pattern[str]] | None = None
+    retryable_error_types: Sequence[type[BaseException]] | None = None
+
+
+def _retryable(error: BaseException, cfg: RetryStrategyConfig) -> bool:
+    patterns: Sequence[str | re.Pattern[str]]
+    if cfg.retryable_errors is None and cfg.retryable_error_types is None:
+        return True
+    patterns = cfg.retryable_errors or ()
+    text = str(error)
+    by_message = any(p.search(text) if isinstance(p, re.Pattern) else p in text for p in patterns)
+    by_type = any(isinstance(error, t) for t in cfg.retryable_error_types or ())
+    return by_message or by_type
+
+
+def create_retry_strategy(config: RetryStrategyConfig | None = None,
+                          rng: random.Random | None = None) -> RetryStrategy:
+    """Exponential backoff: `min(initial * rate**(n-1), max)`, jittered, at least 1 s."""
+    cfg = config or RetryStrategyConfig()
+
+    def strategy(error: BaseException, attempts_made: int) -> RetryDecision:
+        if attempts_made >= cfg.max_attempts or not _retryable(error, cfg):
+            return RetryDecision.no_retry()
+        base = min(cfg.initial_delay.seconds * cfg.backoff_rate ** (attempts_made - 1),
+                   cfg.max_delay.seconds)
+        return RetryDecision.retry(Duration(cfg.jitter_strategy.finalize_delay(base, rng)))
+
+    return strategy
+
+
+class RetryPresets:
+    """The AWS SDK's ready-made strategies."""
+
+    @staticmethod
+    def none() -> RetryStrategy:
+        return create_retry_strategy(RetryStrategyConfig(max_attempts=1))
+
+    @staticmethod
+    def default() -> RetryStrategy:
+        """Used when a step names no strategy: 6 attempts, 5 s, x2, at most 60 s, full jitter."""
+        return create_retry_strategy(RetryStrategyConfig(
+            max_attempts=6, initial_delay=Duration(5), max_delay=Duration(60), backoff_rate=2))
+
+    @staticmethod
+    def transient() -> RetryStrategy:
+        return create_retry_strategy(RetryStrategyConfig(
+            max_attempts=3, backoff_rate=2, jitter_strategy=JitterStrategy.HALF))
+
+    @staticmethod
+    def critical() -> RetryStrategy:
+        return create_retry_strategy(RetryStrategyConfig(
+            max_attempts=10, initial_delay=Duration(1), max_delay=Duration(60),
+            backoff_rate=1.5, jitter_strategy=JitterStrategy.NONE))
+
+    @staticmethod
+    def fixed(interval: Duration | None = None, max_attempts: int = 5) -> RetryStrategy:
+        delay = interval or Duration(5)
+        return create_retry_strategy(RetryStrategyConfig(
+            max_attempts=max_attempts, initial_delay=delay, max_delay=delay, backoff_rate=1,
+            jitter_strategy=JitterStrategy.NONE))
+
+
+class StepSemantics(enum.StrEnum):
+    AT_LEAST_ONCE_PER_RETRY = "AT_LEAST_ONCE_PER_RETRY"
+    AT_MOST_ONCE_PER_RETRY = "AT_MOST_ONCE_PER_RETRY"
+
+
+@dataclass(frozen=True)
+class SerDes:
+    """How an operation's value becomes checkpoint text and back."""
+
+    serialize: Callable[[Any], str]
+    deserialize: Callable[[str], Any]
+
+
+def _json_dumps(value: Any) -> str:
+    import json
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def _json_loads(text: str) -> Any:
+    import json
+    return json.loads(text)
+
+
+def _lenient_loads(text: str) -> Any:
+    import json
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+JSON_SERDES = SerDes(_json_dumps, _json_loads)
+RAW_SERDES = SerDes(str, lambda text: text)
+# Callback payloads are stored as sent; they read back as JSON when they are JSON.
+CALLBACK_SERDES = SerDes(lambda v: v if isinstance(v, str) else _json_dumps(v), _lenient_loads)
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    retry_strategy: RetryStrategy | None = None
+    step_semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE_PER_RETRY
+    serdes: SerDes | None = None
+
+
+@dataclass(frozen=True)
+class CallbackConfig:
+    timeout: Duration = Duration(0)  # 0: no timeout
+    heartbeat_timeout: Duration = Duration(0)
+    serdes: SerDes | None = None
+
+
+@dataclass(frozen=True)
+class WaitForCallbackConfig(CallbackConfig):
+    retry_strategy: RetryStrategy | None = None
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    serdes: SerDes | None = None
+    sub_type: str | None = None
+
+
+@dataclass(frozen=True)
+class CompletionConfig:
+    """When a parallel/map batch is complete (the AWS SDK's rules)."""
+
+    min_successful: int | None = None
+    tolerated_failure_count: int | None = None
+    tolerated_failure_percentage: float | None = None
+
+    @staticmethod
+    def first_successful() -> CompletionConfig:
+        return CompletionConfig(min_successful=1)
+
+    @staticmethod
+    def all_completed() -> CompletionConfig:
+        return CompletionConfig(tolerated_failure_percentage=100)
+
+    @staticmethod
+    def all_successful() -> CompletionConfig:
+        return CompletionConfig(tolerated_failure_count=0, tolerated_failure_percentage=0)
+
+
+class NestingType(enum.StrEnum):
+    NESTED = "NESTED"
+    FLAT = "FLAT"
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    max_concurrency: int | None = None
+    completion_config: CompletionConfig = field(default_factory=CompletionConfig.all_successful)
+    serdes: SerDes | None = None
+    item_serdes: SerDes | None = None
+    nesting_type: NestingType = NestingType.NESTED
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValidationError("max_concurrency must be at least 1")
+
+
+@dataclass(frozen=True)
+class MapConfig:
+    max_concurrency: int | None = None
+    completion_config: CompletionConfig = field(default_factory=CompletionConfig)
+    serdes: SerDes | None = None
+    item_serdes: SerDes | None = None
+    nesting_type: NestingType = NestingType.NESTED
+    item_namer: Callable[[Any, int], str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValidationError("max_concurrency must be at least 1")
+
+
+@dataclass(frozen=True)
+class WaitForConditionDecision:
+    should_continue: bool
+    delay: Duration = Duration(0)
+
+    @classmethod
+    def continue_waiting(cls, delay: Duration) -> WaitForConditionDecision:
+        return cls(True, delay)
+
+    @classmethod
+    def stop_polling(cls) -> WaitForConditionDecision:
+        return cls(False)
+
+
+WaitStrategy = Callable[[Any, int], WaitForConditionDecision]
+
+
+@dataclass(frozen=True)
+class WaitForConditionConfig:
+    wait_strategy: WaitStrategy
+    initial_state: Any = None
+    serdes: SerDes | None = None
+
+
+@dataclass(frozen=True)
+class WaitStrategyConfig:
+    should_continue_polling: Callable[[Any], bool]
+    max_attempts: int = 60
+    initial_delay: Duration = Duration(5)
+    max_delay: Duration = Duration(300)
+    backoff_rate: float = 1.5
+    jitter_strategy: JitterStrategy = JitterStrategy.FULL
+
+
+def create_wait_strategy(config: WaitStrategyConfig,
+                         rng: random.Random | None = None) -> WaitStrategy:
+    from alarmtop.core.durable.errors import WaitForConditionError
+
+    def strategy(state: Any, attempt: int) -> WaitForConditionDecision:
+        if not config.should_continue_polling(state):
+            return WaitForConditionDecision.stop_polling()
+        if attempt >= config.max_attempts:
+            raise WaitForConditionError(f"condition not met after {attempt} attempts")
+        base = min(config.initial_delay.seconds * config.backoff_rate ** (attempt - 1),
+                   config.max_delay.seconds)
+        return WaitForConditionDecision.continue_waiting(
+            Duration(config.jitter_strategy.finalize_delay(base, rng)))
+
+    return strategy

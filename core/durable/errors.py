@@ -1,0 +1,159 @@
+"""Errors of durable executions (part of the tree in `alarmtop.core.errors`).
+
+::
+
+    AlarmtopError
+     └── DurableExecutionError
+          ├── ValidationError (also InvalidArgument)   bad config or input; nothing changed
+          ├── UnknownExecution (also NotFound)         no execution with that id / name
+          ├── UnknownCallback (also NotFound)          no callback with that id
+          ├── CallbackAlreadyCompleted (also InvalidArgument)
+          ├── InvalidExecutionState                    operator action does not apply now
+          └── DurableOperationError                    raised into handler code, rebuilt
+               ├── StepError                           identically on replay from the log
+               ├── ChildContextError
+               ├── WaitForConditionError
+               ├── InvokeError
+               └── CallbackError
+                    ├── CallbackExternalError
+                    ├── CallbackTimeoutError
+                    └── CallbackSubmitterError
+
+Control flow, not errors (BaseException, so `except Exception` in handler code
+never swallows them): `SuspendExecution`, `InvocationCrash`,
+`NonDeterministicExecutionError`, `ExecutionAborted`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alarmtop.core.errors import AlarmtopError, InvalidArgument, NotFound
+
+
+class DurableExecutionError(AlarmtopError):
+    """Base of every error about durable executions."""
+
+
+class ValidationError(DurableExecutionError, InvalidArgument):
+    """A configuration or input that cannot be accepted."""
+
+
+class UnknownExecution(DurableExecutionError, NotFound):
+    def __init__(self, what: str, hint: str = "") -> None:
+        super().__init__(f"unknown execution {what}{'; ' + hint if hint else ''}")
+        self.what = what
+
+
+class UnknownCallback(DurableExecutionError, NotFound):
+    def __init__(self, callback_id: str) -> None:
+        super().__init__(f"no callback with id {callback_id!r}; use the callback_id that "
+                         "create_callback() returned (see describe(execution_id)['callbacks'])")
+        self.callback_id = callback_id
+
+
+class CallbackAlreadyCompleted(DurableExecutionError, InvalidArgument):
+    def __init__(self, callback_id: str, status: str) -> None:
+        super().__init__(f"callback {callback_id!r} is already {status}; a callback completes "
+                         "once, nothing was changed")
+        self.callback_id = callback_id
+        self.status = status
+
+
+class InvalidExecutionState(DurableExecutionError):
+    """An operator action that does not apply to the execution as it is now."""
+
+
+class DurableOperationError(DurableExecutionError):
+    """An operation failed; carries the original error's type and message."""
+
+    def __init__(self, message: str, error_type: str | None = None, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+        self.data = data
+
+    def to_error_object(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ErrorType": self.error_type or type(self).__name__,
+                               "ErrorMessage": self.message}
+        if self.data is not None:
+            out["ErrorData"] = self.data
+        return out
+
+    @classmethod
+    def from_error_object(cls, obj: dict[str, Any]) -> DurableOperationError:
+        return cls(obj.get("ErrorMessage", ""), obj.get("ErrorType"), obj.get("ErrorData"))
+
+
+class StepError(DurableOperationError):
+    pass
+
+
+class ChildContextError(DurableOperationError):
+    pass
+
+
+class WaitForConditionError(DurableOperationError):
+    pass
+
+
+class InvokeError(DurableOperationError):
+    pass
+
+
+class CallbackError(DurableOperationError):
+    pass
+
+
+class CallbackExternalError(CallbackError):
+    pass
+
+
+class CallbackTimeoutError(CallbackError):
+    pass
+
+
+class CallbackSubmitterError(CallbackError):
+    pass
+
+
+def error_object(exc: BaseException) -> dict[str, Any]:
+    """The AWS `ErrorObject` of an exception: fully qualified type unless builtin."""
+    if isinstance(exc, DurableOperationError):
+        return exc.to_error_object()
+    cls = type(exc)
+    name = cls.__qualname__
+    if cls.__module__ != "builtins":
+        name = f"{cls.__module__}.{name}"
+    return {"ErrorType": name, "ErrorMessage": str(exc)}
+
+
+class _ControlFlow(BaseException):
+    """Unwinds an invocation; never an error of the handler's own."""
+
+
+class SuspendExecution(_ControlFlow):
+    """The invocation cannot go on until a timer, a callback or an operator."""
+
+    def __init__(self, reason: str, until_ms: int | None = None, op_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.until_ms = until_ms
+        self.op_id = op_id
+
+
+class InvocationCrash(_ControlFlow):
+    """An injected crash: the invocation is abandoned exactly as if the process died."""
+
+
+class NonDeterministicExecutionError(_ControlFlow):
+    """Replay met an operation that differs from the log."""
+
+    def __init__(self, message: str, op_id: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.op_id = op_id
+
+
+class ExecutionAborted(_ControlFlow):
+    """An operator aborted the execution while it waited for a human."""

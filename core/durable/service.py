@@ -1,0 +1,320 @@
+"""`runtime.executions`: start, inspect and steer durable executions.
+
+Also the handler registry (`@durable_execution`, pinned versions), the audit log
+of operator actions, and the idempotency ledger for keyed side effects.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+from alarmtop.core.durable.context import current_step, decode_callback_id
+from alarmtop.core.durable.errors import (
+    InvalidExecutionState,
+    UnknownCallback,
+    UnknownExecution,
+    ValidationError,
+)
+from alarmtop.core.durable.operations import ExecutionRecord, OpType
+from alarmtop.core.serialization import to_json
+
+if TYPE_CHECKING:
+    from alarmtop.core.durable.context import DurableContext
+    from alarmtop.core.runtime import Runtime
+
+Handler = Callable[[Any, "DurableContext"], Awaitable[Any]]
+F = TypeVar("F", bound=Handler)
+EXECUTION_CLASS = "Execution"
+MAX_ID = 128
+
+
+@dataclass(frozen=True)
+class DurableFunction:
+    """A registered durable handler: `name` and `version` pin what executions replay."""
+
+    fn: Handler
+    name: str
+    version: str
+    timeout_s: int | None = None
+
+    async def __call__(self, event: Any, ctx: DurableContext) -> Any:
+        return await self.fn(event, ctx)
+
+
+@overload
+def durable_execution(fn: Handler, /) -> DurableFunction: ...
+
+
+@overload
+def durable_execution(*, name: str | None = None, version: str = "1",
+                      timeout: int | None = None) -> Callable[[Handler], DurableFunction]: ...
+
+
+def durable_execution(fn: Handler | None = None, /, *, name: str | None = None,
+                      version: str = "1", timeout: int | None = None
+                      ) -> DurableFunction | Callable[[Handler], DurableFunction]:
+    """Mark `async def handler(event, ctx)` as a durable execution handler.
+
+    `name` defaults to the function name; `version` pins running executions to
+    this code (register several versions side by side while old ones finish);
+    `timeout` (seconds) fails the execution as timed out.
+    """
+    def wrap(f: Handler) -> DurableFunction:
+        return DurableFunction(f, name or f.__name__, str(version), timeout)
+    return wrap(fn) if fn is not None else wrap
+
+
+class ExecutionEngine:
+    """What execution objects share: handlers, store, faults, events, audit."""
+
+    def __init__(self, runtime: Runtime, rng: random.Random | None = None) -> None:
+        from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
+        self.runtime = runtime
+        index = runtime.backend.alarm_index
+        self.store = SqliteExecutionStore(index)  # type: ignore[arg-type]
+        self.faults = runtime.faults
+        self.rng = rng or random.Random()
+        self.handlers: dict[str, dict[str, DurableFunction]] = {}
+        self.announce_operations = True
+
+    def handler(self, name: str, version: str) -> DurableFunction:
+        versions = self.handlers.get(name, {})
+        if version not in versions:
+            raise InvalidExecutionState(
+                f"execution handler {name!r} version {version!r} is not registered; running "
+                f"executions stay pinned to the version they started with (registered: "
+                f"{sorted(versions) or 'none'}); register it again to let them finish")
+        return versions[version]
+
+    def announce(self, rec: ExecutionRecord, type_: str, **data: Any) -> None:
+        self.runtime.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
+                                         "status": rec.status.value, **data})
+
+    def announce_history(self, rec: ExecutionRecord, ev: dict[str, Any]) -> None:
+        if not self.runtime.events.active:
+            return
+        self.runtime.events.emit("operation." + _snake(ev["EventType"]), {
+            "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
+            "name": ev.get("Name"), "sub_type": ev.get("SubType")})
+
+    async def child_finished(self, rec: ExecutionRecord) -> None:
+        parent, _, op_id = (rec.parent or "").partition("#")
+        if parent and op_id:
+            await self.runtime.get(EXECUTION_CLASS, parent).child_done(
+                op_id, rec.status.value, rec.result, rec.error)
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() and i else c.lower()
+                   for i, c in enumerate(name))
+
+
+def _check_id(execution_id: Any) -> str:
+    if not isinstance(execution_id, str) or not execution_id or len(execution_id) > MAX_ID \
+            or any(ord(c) < 33 for c in execution_id) or "#" in execution_id:
+        raise ValidationError(f"execution ids are 1-{MAX_ID} printable characters without "
+                              f"spaces or '#', not {execution_id!r}")
+    return execution_id
+
+
+class Executions:
+    """`runtime.executions`."""
+
+    def __init__(self, runtime: Runtime, engine: ExecutionEngine) -> None:
+        self._rt = runtime
+        self.engine = engine
+        self._ids = itertools.count(1)
+
+    def _stub(self, execution_id: str) -> Any:
+        return self._rt.get(EXECUTION_CLASS, _check_id(execution_id))
+
+    async def start(self, name: str, event: Any = None, execution_id: str | None = None, *,
+                    version: str | None = None, timeout_s: int | None = None,
+                    parent: str | None = None) -> str:
+        """Start an execution of handler `name` with input `event`; returns its id.
+
+        Starting again with the same id and name returns the existing execution.
+        """
+        versions = self.engine.handlers.get(name)
+        if not versions:
+            raise UnknownExecution(f"handler {name!r}", "register it with "
+                                   f"runtime.register_execution() (registered: "
+                                   f"{sorted(self.engine.handlers) or 'none'})")
+        version = version or max(versions, key=_version_key)
+        fn = self.engine.handler(name, version)
+        input_text = to_json(event, f"the input of execution {name!r}")
+        if execution_id is None:
+            execution_id = f"{name}-{self._rt.clock.now_ms():x}-{next(self._ids)}"
+        out = await self._stub(execution_id).begin(name, version, input_text,
+                                                   timeout_s or fn.timeout_s, parent)
+        return str(out["execution_id"])
+
+    async def _record(self, execution_id: str) -> ExecutionRecord:
+        rec = await self.engine.store.get(_check_id(execution_id))
+        if rec is None:
+            raise UnknownExecution(repr(execution_id), "see runtime.executions.list()")
+        return rec
+
+    async def describe(self, execution_id: str) -> dict[str, Any]:
+        """Status, result, error, history, saga stack and callbacks as a JSON-ready dict."""
+        rec = await self._record(execution_id)
+        store = self.engine.store
+        ops = await store.operations(rec.id)
+        callbacks = [{"name": op.name, "callback_id": op.callback_id,
+                      "status": op.status.value.lower(), "kind": op.sub_type}
+                     for op in sorted(ops, key=lambda o: o.started_ms or 0)
+                     if op.type is OpType.CALLBACK]
+        return {
+            "execution_id": rec.id, "name": rec.name, "version": rec.version,
+            "status": rec.status.value,
+            "result": None if rec.result is None else json.loads(rec.result),
+            "error": rec.error, "input": json.loads(rec.input),
+            "created_ms": rec.created_ms, "updated_ms": rec.updated_ms,
+            "ended_ms": rec.ended_ms, "invocations": rec.invocations,
+            "blocked_on": rec.blocked_on, "human_hold": rec.human_hold,
+            "history": await store.history(rec.id),
+            "saga": rec.saga, "callbacks": callbacks,
+        }
+
+    async def history(self, execution_id: str) -> list[dict[str, Any]]:
+        """The AWS-style history events, ready for `json.dumps`."""
+        rec = await self._record(execution_id)
+        return await self.engine.store.history(rec.id)
+
+    async def list(self, status: str | None = None, limit: int = 100,
+                   offset: int = 0) -> list[dict[str, Any]]:
+        recs = await self.engine.store.list(status, limit, offset)
+        return [{"execution_id": r.id, "name": r.name, "status": r.status.value,
+                 "blocked_on": r.blocked_on, "updated_ms": r.updated_ms, "saga": r.saga}
+                for r in recs]
+
+    async def counts(self) -> dict[str, int]:
+        return await self.engine.store.counts()
+
+    # -- callbacks from the outside -------------------------------------------------------
+
+    async def _callback(self, callback_id: str, kind: str, result: str | None = None,
+                        error: dict[str, Any] | None = None) -> dict[str, Any]:
+        pair = decode_callback_id(callback_id)
+        if pair is None:
+            raise UnknownCallback(str(callback_id))
+        execution_id, op_id = pair
+        if await self.engine.store.get(execution_id) is None:
+            raise UnknownCallback(callback_id)
+        out: dict[str, Any] = await self._stub(execution_id).callback(
+            op_id, callback_id, kind, result, error)
+        return out
+
+    async def send_callback_success(self, callback_id: str, payload: Any = None) -> None:
+        """Complete a callback; a string is stored as sent, other values as JSON."""
+        text = payload if isinstance(payload, str) or payload is None else to_json(
+            payload, "the callback payload")
+        await self._callback(callback_id, "success", result=text)
+
+    async def send_callback_failure(self, callback_id: str, error_type: str = "CallbackError",
+                                    message: str = "", data: Any = None) -> None:
+        err: dict[str, Any] = {"ErrorType": str(error_type), "ErrorMessage": str(message)}
+        if data is not None:
+            err["ErrorData"] = data
+        await self._callback(callback_id, "failure", error=err)
+
+    async def send_callback_heartbeat(self, callback_id: str) -> None:
+        await self._callback(callback_id, "heartbeat")
+
+    # -- operators ------------------------------------------------------------------------
+
+    async def _operate(self, execution_id: str, action: str, text: str | None,
+                       actor: str, role: str | None) -> dict[str, Any]:
+        audit = self._rt.audit
+        try:
+            await self._record(execution_id)
+            out: dict[str, Any] = await self._stub(execution_id).operate(action, text, actor)
+        except Exception as exc:
+            await audit.record(actor, action, execution_id, text, ok=False, role=role,
+                               detail={"error": str(exc)})
+            raise
+        await audit.record(actor, action, execution_id, text, ok=True, role=role, detail=out)
+        return out
+
+    async def retry_compensation(self, execution_id: str, *, actor: str = "api",
+                                 role: str | None = None) -> dict[str, Any]:
+        """Re-run the compensation that failed for good, then carry on rolling back."""
+        return await self._operate(execution_id, "retry_compensation", None, actor, role)
+
+    async def resolve(self, execution_id: str, note: str, *, actor: str = "api",
+                      role: str | None = None) -> dict[str, Any]:
+        """Record the failed compensation as done by hand (with `note`) and carry on."""
+        if not note:
+            raise ValidationError("resolve() needs a note saying what was done by hand")
+        return await self._operate(execution_id, "resolve", note, actor, role)
+
+    async def abort(self, execution_id: str, reason: str = "", *, actor: str = "api",
+                    role: str | None = None) -> dict[str, Any]:
+        """End the execution as aborted (a failure), running nothing more."""
+        return await self._operate(execution_id, "abort", reason, actor, role)
+
+    async def hand_to_human(self, execution_id: str, reason: str = "", *, actor: str = "api",
+                            role: str | None = None) -> dict[str, Any]:
+        """Hold the execution for a human: timers still complete, nothing runs until
+        an operator resolves (carry on) or aborts it."""
+        return await self._operate(execution_id, "hand_to_human", reason, actor, role)
+
+
+def _version_key(version: str) -> tuple[int, ...] | tuple[float, str]:
+    try:
+        return tuple(int(p) for p in version.split("."))
+    except ValueError:
+        return (float("inf"), version)
+
+
+class AuditLog:
+    """Every operator action: who, when, what, why, and whether it worked."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def record(self, actor: str, action: str, target: str | None = None,
+                     reason: str | None = None, ok: bool = True, role: str | None = None,
+                     detail: Any = None) -> None:
+        entry = {"at_ms": self._rt.clock.now_ms(), "actor": actor, "role": role,
+                 "action": action, "target": target, "reason": reason, "ok": ok,
+                 "detail": detail}
+        await self._rt.executions.engine.store.audit_append(entry)
+        self._rt.events.emit(f"operator.{action}", {k: v for k, v in entry.items()
+                                                    if k != "detail"})
+
+    async def list(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
+        return await self._rt.executions.engine.store.audit_list(limit, offset)
+
+
+class Ledger:
+    """Keyed deliveries for side effects that must happen once.
+
+    Exactly-once *effect* needs the receiver's help: it must remember keys it has
+    seen. This ledger plays that receiver: `deliver(key, value)` returns True the
+    first time a key is seen and False after, and counts every attempt, so a step
+    that re-runs after a crash can be seen to have tried twice but delivered once.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    async def deliver(self, key: str, value: Any = None) -> bool:
+        to_json(value, "the ledger value")
+        step = current_step.get()
+        honour = step is None or self._rt.faults.find(step[0], "idempotency_off",
+                                                      step[2]) is None
+        first = await self._rt.executions.engine.store.ledger_deliver(
+            key, value, self._rt.clock.now_ms(), honour_key=honour)
+        self._rt.events.emit("ledger.delivered" if first else "ledger.duplicate",
+                             {"key": key, "honoured": honour})
+        return first
+
+    async def get(self, key: str) -> dict[str, Any] | None:
+        """`{"value", "at_ms", "deliveries"}` for a key, or None."""
+        return await self._rt.executions.engine.store.ledger_get(key)

@@ -1,0 +1,146 @@
+"""Execution logs in the runtime database: rows, operations, history, ledger, audit.
+
+Writes ride the alarm index's group commit, so a checkpoint shares its fsync
+with every other checkpoint and alarm change made at the same moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+class SqliteExecutionStore:
+    def __init__(self, db: SqliteAlarmIndex) -> None:
+        self._db = db
+
+    def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
+                   ops: Sequence[OperationRecord] = (),
+                   events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]:
+        """Queue a checkpoint now (its place among writes is fixed); await it for durability."""
+        rec_row = None if record is None else (
+            record.id, record.name, record.version, record.status.value, record.created_ms,
+            record.updated_ms, _dumps(record.to_dict()))
+        op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
+        ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
+
+        def write(conn: sqlite3.Connection) -> None:
+            if rec_row is not None:
+                conn.execute("INSERT OR REPLACE INTO executions (id, name, version, status, "
+                             "created_ms, updated_ms, data) VALUES (?,?,?,?,?,?,?)", rec_row)
+            if op_rows:
+                conn.executemany("INSERT OR REPLACE INTO operations (execution_id, op_id, data) "
+                                 "VALUES (?,?,?)", op_rows)
+            if ev_rows:
+                conn.executemany("INSERT INTO history (execution_id, event_id, data) "
+                                 "VALUES (?,?,?)", ev_rows)
+
+        return self._db.submit(extra=write)
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far is durable."""
+        await self._db.submit()
+
+    async def get(self, execution_id: str) -> ExecutionRecord | None:
+        def read(conn: sqlite3.Connection) -> ExecutionRecord | None:
+            row = conn.execute("SELECT data FROM executions WHERE id = ?",
+                               (execution_id,)).fetchone()
+            return None if row is None else ExecutionRecord.from_dict(json.loads(row[0]))
+        return await self._db.read(read)
+
+    async def operations(self, execution_id: str) -> list[OperationRecord]:
+        def read(conn: sqlite3.Connection) -> list[OperationRecord]:
+            rows = conn.execute("SELECT data FROM operations WHERE execution_id = ?",
+                                (execution_id,)).fetchall()
+            return [OperationRecord.from_dict(json.loads(r[0])) for r in rows]
+        return await self._db.read(read)
+
+    async def max_event_id(self, execution_id: str) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT max(event_id) FROM history WHERE execution_id = ?",
+                               (execution_id,)).fetchone()
+            return int(row[0] or 0)
+        return await self._db.read(read)
+
+    async def history(self, execution_id: str, after: int = 0,
+                      limit: int = -1) -> list[dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+            rows = conn.execute("SELECT data FROM history WHERE execution_id = ? AND "
+                                "event_id > ? ORDER BY event_id LIMIT ?",
+                                (execution_id, after, limit)).fetchall()
+            return [json.loads(r[0]) for r in rows]
+        return await self._db.read(read)
+
+    async def list(self, status: str | None = None, limit: int = 100,
+                   offset: int = 0) -> list[ExecutionRecord]:
+        def read(conn: sqlite3.Connection) -> list[ExecutionRecord]:
+            where, params = ("WHERE status = ?", [status]) if status else ("", [])
+            rows = conn.execute(
+                f"SELECT data FROM executions {where} ORDER BY CASE status "
+                "WHEN 'needs_human' THEN 0 WHEN 'failed' THEN 1 WHEN 'running' THEN 2 "
+                "WHEN 'suspended' THEN 3 ELSE 4 END, updated_ms DESC LIMIT ? OFFSET ?",
+                [*params, limit, offset]).fetchall()
+            return [ExecutionRecord.from_dict(json.loads(r[0])) for r in rows]
+        return await self._db.read(read)
+
+    async def counts(self) -> dict[str, int]:
+        def read(conn: sqlite3.Connection) -> dict[str, int]:
+            return dict(conn.execute(
+                "SELECT status, count(*) FROM executions GROUP BY status").fetchall())
+        return await self._db.read(read)
+
+    # -- the idempotency ledger -----------------------------------------------------------
+
+    async def ledger_deliver(self, key: str, value: Any, at_ms: int,
+                             honour_key: bool = True) -> bool:
+        """Record a keyed delivery; True when this is the first one for the key."""
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO ledger (key, value, at_ms, deliveries) VALUES (?,?,?,1) "
+                         "ON CONFLICT (key) DO UPDATE SET deliveries = deliveries + 1",
+                         (key, _dumps(value), at_ms))
+        before = await self.ledger_get(key)
+        await self._db.submit(extra=write)
+        return before is None or not honour_key
+
+    async def ledger_get(self, key: str) -> dict[str, Any] | None:
+        def read(conn: sqlite3.Connection) -> dict[str, Any] | None:
+            row = conn.execute("SELECT value, at_ms, deliveries FROM ledger WHERE key = ?",
+                               (key,)).fetchone()
+            return None if row is None else {"value": json.loads(row[0]), "at_ms": row[1],
+                                             "deliveries": row[2]}
+        return await self._db.read(read)
+
+    # -- audit log ------------------------------------------------------------------------
+
+    async def audit_append(self, entry: dict[str, Any]) -> None:
+        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
+               entry.get("target"), entry.get("reason"), 1 if entry.get("ok", True) else 0,
+               _dumps(entry.get("detail")))
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO audit (at_ms, actor, role, action, target, reason, ok, "
+                         "detail) VALUES (?,?,?,?,?,?,?,?)", row)
+        await self._db.submit(extra=write)
+
+    async def audit_list(self, limit: int = 100, offset: int = 0) -> builtins.list[dict[str, Any]]:
+        def read(conn: sqlite3.Connection) -> builtins.list[dict[str, Any]]:
+            rows = conn.execute("SELECT seq, at_ms, actor, role, action, target, reason, ok, "
+                                "detail FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?",
+                                (limit, offset)).fetchall()
+            keys = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail")
+            out = [dict(zip(keys, r, strict=True)) for r in rows]
+            for d in out:
+                d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
+            return out
+        return await self._db.read(read)
