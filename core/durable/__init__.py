@@ -1,5 +1,6 @@
 """Durable executions and sagas, modelled on AWS Lambda Durable Functions, in asyncio."""
 
+from alarmtop.core.durable.batch import BatchItem, BatchResult
 from alarmtop.core.durable.config import (
     CallbackConfig,
     ChildConfig,
@@ -37,6 +38,7 @@ from alarmtop.core.durable.saga import Saga
 from alarmtop.core.durable.service import DurableFunction, durable_execution
 
 __all__ = [
+    "BatchItem", "BatchResult",
     "Callback",
     "CallbackConfig",
     "CallbackError",

@@ -15,15 +15,18 @@ import contextvars
 import inspect
 import json
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from alarmtop.core.durable.batch import BatchResult, BatchSpec, run_batch
 from alarmtop.core.durable.config import (
     CALLBACK_SERDES,
     JSON_SERDES,
     CallbackConfig,
     ChildConfig,
     Duration,
+    MapConfig,
+    ParallelConfig,
     RetryPresets,
     SerDes,
     StepConfig,
@@ -169,9 +172,12 @@ class Callback:
 class DurableContext:
     """The handler's view of its execution. Create child contexts only through the API."""
 
-    def __init__(self, inv: Invocation, parent_id: str | None = None) -> None:
+    def __init__(self, inv: Invocation, parent_id: str | None = None, *,
+                 parent_for_records: str | None = None) -> None:
         self._inv = inv
-        self._parent_id = parent_id
+        self._parent_id = parent_id  # prefixes the ids of this context's operations
+        # A FLAT batch branch has no record of its own: its operations name the batch.
+        self._record_parent = parent_for_records or parent_id
         self._counter = 0
 
     # -- identity and helpers -------------------------------------------------------------
@@ -222,7 +228,7 @@ class DurableContext:
 
     def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None,
              **fields: Any) -> OperationRecord:
-        return OperationRecord(op_id, op_type, sub_type, name, self._parent_id,
+        return OperationRecord(op_id, op_type, sub_type, name, self._record_parent,
                                started_ms=self.now_ms(), **fields)
 
     # -- step -----------------------------------------------------------------------------
@@ -410,6 +416,37 @@ class DurableContext:
         rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, self.now_ms()
         await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
         return serdes.deserialize(text)
+
+    # -- parallel and map -----------------------------------------------------------------
+
+    async def parallel(self, functions: Sequence[Callable[[DurableContext], Awaitable[Any]]
+                                                 | tuple[str, Callable[..., Awaitable[Any]]]],
+                       name: str | None = None,
+                       config: ParallelConfig | None = None) -> BatchResult:
+        """Run branches `fn(ctx)` (or `(name, fn)` pairs) as one operation; see `batch`."""
+        cfg = config or ParallelConfig()
+        branches: list[tuple[str | None, Any]] = []
+        for i, f in enumerate(functions):
+            bname, fn = f if isinstance(f, tuple) else (None, f)
+            branches.append((bname or f"parallel-branch-{i}", fn))
+        return await run_batch(self, BatchSpec(
+            "Parallel", "ParallelBranch", branches, cfg.completion_config, cfg.max_concurrency,
+            cfg.nesting_type, cfg.serdes, cfg.item_serdes), name)
+
+    async def map(self, items: Sequence[Any],
+                  fn: Callable[[DurableContext, Any, int, Sequence[Any]], Awaitable[Any]],
+                  name: str | None = None, config: MapConfig | None = None) -> BatchResult:
+        """Run `fn(ctx, item, index, items)` for every item as one operation."""
+        cfg = config or MapConfig()
+        namer = cfg.item_namer or (lambda _item, i: f"map-item-{i}")
+
+        def branch(i: int, item: Any) -> Callable[[DurableContext], Awaitable[Any]]:
+            return lambda c: fn(c, item, i, items)
+
+        branches = [(namer(item, i), branch(i, item)) for i, item in enumerate(items)]
+        return await run_batch(self, BatchSpec(
+            "Map", "MapIteration", branches, cfg.completion_config, cfg.max_concurrency,
+            cfg.nesting_type, cfg.serdes, cfg.item_serdes), name)
 
     # -- wait for condition ---------------------------------------------------------------
 
