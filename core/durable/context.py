@@ -41,6 +41,7 @@ from alarmtop.core.durable.errors import (
     DurableOperationError,
     ExecutionAborted,
     InvocationCrash,
+    InvokeError,
     NonDeterministicExecutionError,
     StepError,
     SuspendExecution,
@@ -113,6 +114,8 @@ class Invocation:
         self.sagas: list[Saga] = []
         self.replaying_until = len(ops)
         self.announce: Callable[[ExecutionRecord, dict[str, Any]], None] | None = None
+        # Starts another execution (for invoke); set by the engine.
+        self.start_child: Callable[..., Awaitable[str]] | None = None
 
     @property
     def execution_id(self) -> str:
@@ -447,6 +450,38 @@ class DurableContext:
         return await run_batch(self, BatchSpec(
             "Map", "MapIteration", branches, cfg.completion_config, cfg.max_concurrency,
             cfg.nesting_type, cfg.serdes, cfg.item_serdes), name)
+
+    # -- invoke ---------------------------------------------------------------------------
+
+    async def invoke(self, function_name: str, payload_value: Any = None,
+                     name: str | None = None, *, tenant_id: str | None = None) -> Any:
+        """Start an execution of another registered handler and wait for its result.
+
+        Raises `InvokeError` (with the child's error type and message) when it fails.
+        """
+        inv = self._inv
+        op_id = self._next_id()
+        rec = self._lookup(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
+        if rec is None:
+            assert inv.start_child is not None
+            text = JSON_SERDES.serialize(payload_value)
+            child_id = f"{self.execution_id}.{op_id}"
+            version = await inv.start_child(function_name, payload_value, child_id,
+                                            f"{self.execution_id}#{op_id}")
+            rec = self._new(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
+            rec.extra = {"child": child_id, "function": function_name}
+            details: dict[str, Any] = {"FunctionName": function_name, "Input": payload(text),
+                                       "ExecutedVersion": version,
+                                       "DurableExecutionArn": child_id}
+            if tenant_id is not None:
+                details["TenantId"] = tenant_id
+            await inv.save(rec, inv.event("ChainedInvokeStarted", rec, details))
+        if rec.status is OpStatus.SUCCEEDED:
+            return None if rec.result is None else JSON_SERDES.deserialize(rec.result)
+        if rec.status is OpStatus.FAILED:
+            raise InvokeError.from_error_object(rec.error or {})
+        raise SuspendExecution(f"waiting for {function_name} ({rec.extra.get('child')})",
+                               op_id=op_id)
 
     # -- wait for condition ---------------------------------------------------------------
 

@@ -203,6 +203,7 @@ class ExecutionObject(DurableObject):
         inv = Invocation(rec, st.ops, st.next_event_id, engine.store, self.ctx._clock,
                          engine.faults, engine.rng)
         inv.announce = engine.announce_history
+        inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
         suspended: SuspendExecution | None = None
         try:

@@ -102,6 +102,13 @@ class ExecutionEngine:
             "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
             "name": ev.get("Name"), "sub_type": ev.get("SubType")})
 
+    async def start_child(self, function_name: str, event: Any, child_id: str,
+                          parent: str) -> str:
+        """Start (or find, on replay after a crash) the execution an invoke waits for."""
+        await self.runtime.executions.start(function_name, event, child_id, parent=parent)
+        rec = await self.store.get(child_id)
+        return rec.version if rec is not None else "?"
+
     async def child_finished(self, rec: ExecutionRecord) -> None:
         parent, _, op_id = (rec.parent or "").partition("#")
         if parent and op_id:
