@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -94,7 +95,11 @@ class EventBus:
         for sub in list(self._subs):
             sub._offer(event)
         for listener in list(self._listeners):
-            listener(event)
+            try:
+                listener(event)
+            except Exception:  # a broken listener must not break the emitter
+                logging.getLogger("alarmtop.runtime").exception(
+                    "event listener failed on %s", event.type)
 
     def subscribe(self, *prefixes: str, maxsize: int = 100_000) -> Subscription:
         """Events whose type starts with one of `prefixes` (all when none are given)."""

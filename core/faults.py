@@ -8,6 +8,7 @@ their target exists; they wait for it. Every change is an event.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -111,7 +112,8 @@ def _validate(target: str, kind: str, times: int | None, seconds: float | None,
         raise InvalidFault(f"{kind} targets an object: write it as 'Class/name', not {target!r}")
     if times is not None and (not isinstance(times, int) or isinstance(times, bool) or times < 1):
         raise InvalidFault(f"times must be a whole number >= 1 or None (always), not {times!r}")
-    if kind == "alarm_delay" and (not isinstance(seconds, (int, float)) or seconds <= 0):
+    if kind == "alarm_delay" and (not isinstance(seconds, (int, float)) or isinstance(
+            seconds, bool) or not math.isfinite(seconds) or seconds <= 0):
         raise InvalidFault("alarm_delay needs seconds > 0, e.g. seconds=5")
     if kind in _STEP_KINDS and not step:
         raise InvalidFault(f"{kind} needs the name of the step it applies to (step=...)")

@@ -244,10 +244,15 @@ class Runtime:
     def _status(self, rec: AlarmRecord) -> AlarmStatus:
         return AlarmStatus.of(rec, self.policy_for(rec.object_class))
 
-    async def alarms(self, limit: int | None = None, offset: int = 0) -> list[AlarmStatus]:
-        """Alarms, most urgent first: dead, retrying, running, then by due time."""
+    async def alarms(self, limit: int | None = None, offset: int = 0, *,
+                     state: str | None = None, contains: str | None = None) -> list[AlarmStatus]:
+        """Alarms, most urgent first: dead, retrying, running, then by due time.
+
+        `state` keeps one state; `contains` keeps objects whose `Class/name` contains it.
+        """
         self._check_running()
-        recs = await self.backend.alarm_index.page(-1 if limit is None else limit, offset)
+        recs = await self.backend.alarm_index.page(-1 if limit is None else limit, offset,
+                                                   state, contains)
         return [self._status(r) for r in recs]
 
     async def alarm(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus | None:

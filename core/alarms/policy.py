@@ -21,6 +21,9 @@ class AlarmState(enum.StrEnum):
     DEAD = "dead"
 
 
+MAX_DELAY_S = 30 * 24 * 3600.0  # the longest gap between two attempts
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """How failed alarm handlers are retried.
@@ -46,9 +49,12 @@ class RetryPolicy:
 
 def next_delay(policy: RetryPolicy, retry_number: int, rng: random.Random | None = None) -> float:
     """Seconds between a failure and retry number `retry_number` (1-based)."""
-    delay = policy.initial_delay_s * policy.backoff_rate ** (retry_number - 1)
-    if policy.max_delay_s is not None:
-        delay = min(delay, policy.max_delay_s)
+    try:
+        delay = policy.initial_delay_s * policy.backoff_rate ** (retry_number - 1)
+    except OverflowError:
+        delay = math.inf
+    # Without a cap of its own, a long ladder still stays storable (and sane).
+    delay = min(delay, policy.max_delay_s if policy.max_delay_s is not None else MAX_DELAY_S)
     if policy.jitter and rng is not None:
         delay -= delay * policy.jitter * rng.random()
     return delay
@@ -136,9 +142,15 @@ def start_attempt(rec: AlarmRecord, now_ms: int) -> Transition:
 
 
 def succeed(rec: AlarmRecord, now_ms: int, new_alarm_ms: int | None) -> Transition:
-    """The handler returned. A new alarm set by the handler survives; else the alarm is done."""
+    """The handler returned. A new alarm set by the handler survives; else the alarm is done.
+
+    A later alarm that an earlier failing attempt set (kept in `scheduled_ms` while
+    the retry ran first) survives too: success does not swallow it.
+    """
     done = _ann("alarm.succeeded", rec, retry_count=rec.retry_count,
                 duration_ms=now_ms - (rec.started_ms or now_ms))
+    if new_alarm_ms is None and rec.scheduled_ms > now_ms:
+        new_alarm_ms = rec.scheduled_ms
     if new_alarm_ms is None:
         return Transition(None, (done,))
     nxt = AlarmRecord(rec.object_class, rec.object_name, new_alarm_ms, next_attempt_ms=new_alarm_ms)

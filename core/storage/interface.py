@@ -83,9 +83,13 @@ class AlarmIndex(Protocol):
 
     async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]: ...
 
-    async def page(self, limit: int, offset: int = 0) -> list[AlarmRecord]:
-        """Alarms most urgent first: dead, retrying (near exhaustion first), then by due time."""
+    async def page(self, limit: int, offset: int = 0, state: str | None = None,
+                   contains: str | None = None) -> list[AlarmRecord]:
+        """Alarms most urgent first: dead, retrying (near exhaustion first), then by due time;
+        optionally only one state, or objects whose `Class/name` contains a text."""
         ...
+
+    async def count(self, state: str | None = None, contains: str | None = None) -> int: ...
 
     async def counts(self) -> dict[str, int]: ...
 
@@ -103,3 +107,8 @@ class StorageBackend(Protocol):
     async def open_object(self, object_class: str, object_name: str) -> ObjectStore: ...
 
     async def count_objects(self) -> int: ...
+
+    async def list_objects(self, limit: int, offset: int = 0,
+                           contains: str | None = None) -> list[tuple[str, str]]:
+        """Objects that have storage, in (class, name) order."""
+        ...

@@ -51,6 +51,7 @@ class SqliteAlarmIndex:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
         self._conn: sqlite3.Connection | None = None
         self._queue: list[_Entry] = []
+        self._committing: list[_Entry] = []
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
 
@@ -59,12 +60,15 @@ class SqliteAlarmIndex:
         return await loop.run_in_executor(self._executor, fn, *args)
 
     def _connect(self) -> None:
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             migrate(conn, RUNTIME_MIGRATIONS)
         except sqlite3.DatabaseError as exc:
+            if conn is not None:
+                conn.close()
             raise StorageError(f"cannot open the runtime database: {exc}", str(self.path)) from exc
         self._conn = conn
 
@@ -76,6 +80,7 @@ class SqliteAlarmIndex:
                                                               name="alarm-index-writer")
 
     async def close(self) -> None:
+        self._wake = None  # later writes fail at once instead of waiting for no writer
         if self._writer is not None:
             self._writer.cancel()
             try:
@@ -83,10 +88,14 @@ class SqliteAlarmIndex:
             except asyncio.CancelledError:
                 pass
             self._writer = None
-        for *_, fut in self._queue:
+        # Writes queued, or cut off in the middle of their commit, learn it: the latter
+        # may or may not be on disk.
+        for *_, fut in self._queue + self._committing:
             if not fut.done():
-                fut.set_exception(StorageError("the alarm index was closed before this write"))
+                fut.set_exception(StorageError("the runtime database was closed before this "
+                                               "write was confirmed", str(self.path)))
         self._queue.clear()
+        self._committing = []
         if self._conn is not None:
             await self._run(self._conn.close)
             self._conn = None
@@ -108,7 +117,8 @@ class SqliteAlarmIndex:
                extra: WriteFn | None = None) -> asyncio.Future[None]:
         """Queue a write now (its order among writes is fixed here); await it for durability."""
         if self._wake is None:
-            raise StorageError("the runtime database is not open", str(self.path))
+            raise StorageError("the runtime database is not open (or already closed)",
+                               str(self.path))
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._queue.append((puts, deletes, extra, fut))
         self._wake.set()
@@ -125,6 +135,7 @@ class SqliteAlarmIndex:
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                self._committing = batch
                 try:
                     await self._commit(batch)
                 except Exception as exc:
@@ -220,10 +231,30 @@ class SqliteAlarmIndex:
                                "state != 'dead' AND next_attempt_ms < ? "
                                "ORDER BY next_attempt_ms LIMIT ?", (before_ms, limit))
 
-    async def page(self, limit: int, offset: int = 0) -> list[AlarmRecord]:
-        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms ORDER BY "
+    async def page(self, limit: int, offset: int = 0, state: str | None = None,
+                   contains: str | None = None) -> list[AlarmRecord]:
+        where, params = self._filters(state, contains)
+        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms {where} ORDER BY "
                                f"{_URGENCY}, retry_count DESC, next_attempt_ms, object_class, "
-                               "object_name LIMIT ? OFFSET ?", (limit, offset))
+                               "object_name LIMIT ? OFFSET ?", (*params, limit, offset))
+
+    async def count(self, state: str | None = None, contains: str | None = None) -> int:
+        where, params = self._filters(state, contains)
+        rows = await self._run(lambda: self.conn.execute(
+            f"SELECT count(*) FROM alarms {where}", params).fetchall())
+        return int(rows[0][0])
+
+    @staticmethod
+    def _filters(state: str | None, contains: str | None) -> tuple[str, list[Any]]:
+        terms, params = [], []
+        if state:
+            terms.append("state = ?")
+            params.append(state)
+        if contains:
+            # instr() rather than LIKE: '%' and '_' in a filter are plain characters.
+            terms.append("instr(object_class || '/' || object_name, ?) > 0")
+            params.append(contains)
+        return ("WHERE " + " AND ".join(terms) if terms else ""), params
 
     def _counts(self) -> dict[str, int]:
         rows = self.conn.execute("SELECT state, count(*) FROM alarms GROUP BY state").fetchall()

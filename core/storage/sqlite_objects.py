@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import aiosqlite
 
@@ -159,6 +160,25 @@ class SqliteBackend:
 
     async def count_objects(self) -> int:
         return await asyncio.to_thread(self._count_objects)
+
+    async def list_objects(self, limit: int, offset: int = 0,
+                           contains: str | None = None) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self._list_objects, limit, offset, contains)
+
+    def _list_objects(self, limit: int, offset: int,
+                      contains: str | None) -> list[tuple[str, str]]:
+        root = self.data_dir / "objects"
+        if not root.exists():
+            return []
+        found: list[tuple[str, str]] = []
+        for cls_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            for entry in os.scandir(cls_dir):
+                if entry.name.endswith(".sqlite"):
+                    name = unquote(entry.name[:-len(".sqlite")])
+                    if contains is None or contains in f"{cls_dir.name}/{name}":
+                        found.append((cls_dir.name, name))
+        found.sort()
+        return found[offset:offset + limit]
 
     def _count_objects(self) -> int:
         root = self.data_dir / "objects"

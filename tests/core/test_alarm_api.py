@@ -303,3 +303,16 @@ async def test_get_alarm_of_a_dead_letter_is_none(make_runtime: RuntimeFactory,
     assert len(env.runs) == 7
     assert [d.object for d in await rt.dead_letters()] == ["Alarmed/o"]
     assert await obj.get_alarm() is None
+
+
+async def test_later_alarm_set_before_a_raise_survives_the_successful_retry(
+        make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
+    """Set +10 s then raise: the retry at +2 s succeeds, and the +10 s alarm still fires."""
+    env = Env()
+    rt = await make_runtime(Alarmed, env=env)
+    obj = rt.get(Alarmed, "o")
+    await obj.plan([{"set_in_ms": 10_000, "raise": True}, {}, {}])
+    await obj.set_at(START_MS)
+    await clock.advance(20)
+    assert [(r.at, r.retry_count) for r in env.runs] == [(0, 0), (2000, 1), (10_000, 0)]
+    assert await rt.alarm(Alarmed, "o") is None
