@@ -32,7 +32,8 @@ from alarmtop.core.storage.interface import StorageBackend
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
 
 # Methods the runtime calls itself; RPC cannot reach them.
-_RESERVED = frozenset({"alarm", "web_socket_message", "web_socket_close", "web_socket_error"})
+_RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
+                       "web_socket_error"})
 MAX_NAME_LENGTH = 256
 
 
@@ -119,6 +120,7 @@ class Runtime:
         self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
                                            alarm_timeout)
         self._cron = CronRunner(self.clock, self.events)
+        self.sockets = self.host.sockets
         self.running = False
         # Durable executions: execution objects share one engine and the runtime database.
         from alarmtop.core.durable.service import AuditLog, ExecutionEngine, Executions, Ledger
@@ -228,6 +230,18 @@ class Runtime:
             finally:
                 await self._end_event(r.key, r.storage)
         return json_copy(result, f"the result of {class_name}.{method}")
+
+    async def socket_event(self, class_name: str, name: str, method: str,
+                           *args: Any) -> None:
+        """Deliver a WebSocket event to an object (waking it), like any other event."""
+        self._check_running()
+        class_name = self._class_name(class_name)
+        async with self.host.exclusive((class_name, check_object_name(name))) as r:
+            instance = await self.host.wake(r)
+            try:
+                await getattr(instance, method)(*args)
+            finally:
+                await self._end_event(r.key, r.storage)
 
     async def _end_event(self, key: tuple[str, str], storage: Any) -> None:
         """The output gate: storage writes, then the alarm change, both durable."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from alarmtop.core import Clock, RetryPolicy, Runtime
 from alarmtop.examples.click_counter import ClickCounter
+from alarmtop.examples.dashboard import LiveDashboard
 from alarmtop.examples.flaky import Flaky
 from alarmtop.examples.lease_ledger import LeaseLedger
 
@@ -28,6 +29,7 @@ def build_demo_runtime(data_dir: Path, clock: Clock | None = None) -> Runtime:
     rt.register(LeaseLedger)
     rt.register(ClickCounter)
     rt.register(Flaky, retry_policy=DEMO_RETRY)
+    rt.register(LiveDashboard)
     return rt
 
 

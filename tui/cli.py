@@ -55,7 +55,46 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def build_serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="alarmtop serve", description="Run a runtime and its ops "
+                                "server (WebSocket /ops, object sockets, /metrics).")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--app", help="MODULE:FACTORY; FACTORY(data_dir) returns a Runtime")
+    src.add_argument("--demo", action="store_true", help="serve the embedded demo")
+    p.add_argument("--data-dir", type=Path, default=Path("./data"))
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--tls-cert", type=Path, help="certificate (PEM) to serve wss://")
+    p.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
+    p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
+    return p
+
+
+def serve_main(argv: list[str]) -> int:
+    from alarmtop.server.serve import build_runtime, load_factory, serve_forever, tls_context
+
+    args = build_serve_parser().parse_args(argv)
+    configure_logging(json_lines=args.log_json)
+    if args.demo:
+        from alarmtop.examples.demo import build_demo_runtime
+        factory = build_demo_runtime
+    else:
+        factory = load_factory(args.app)
+
+    async def run() -> None:
+        rt = await build_runtime(factory, args.data_dir)
+        await serve_forever(rt, args.data_dir, args.host, args.port,
+                            tls_context(args.tls_cert, args.tls_key), demo=args.demo)
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:
+        return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     configure_logging(json_lines=args.log_json)
     if not args.demo:

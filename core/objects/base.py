@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.objects.storage_api import Storage
+from alarmtop.core.sockets import HibernatableWebSocket, SocketRegistry
 
 if TYPE_CHECKING:
     from alarmtop.core.clock import Clock
@@ -28,12 +29,32 @@ class AlarmInfo:
 class ObjectContext:
     """`self.ctx` of a durable object: its name, clock and storage."""
 
-    def __init__(self, class_name: str, name: str, storage: Storage, clock: Clock) -> None:
+    def __init__(self, class_name: str, name: str, storage: Storage, clock: Clock,
+                 sockets: SocketRegistry) -> None:
         self.class_name = class_name
         self.id = name
         self.storage = storage
         self._clock = clock
+        self._sockets = sockets
         self._blockers: list[asyncio.Task[Any]] = []
+
+    # -- hibernatable WebSockets ------------------------------------------------------------
+
+    def accept_web_socket(self, ws: HibernatableWebSocket, tags: list[str] | None = None) -> None:
+        """Take ownership of a connection; it stays open while this object hibernates."""
+        self._sockets.accept((self.class_name, self.id), ws, list(tags or []))
+
+    def get_web_sockets(self, tag: str | None = None) -> list[HibernatableWebSocket]:
+        """This object's open connections (with `tag`, when given)."""
+        return self._sockets.get((self.class_name, self.id), tag)
+
+    def set_web_socket_auto_response(self, pair: tuple[str, str] | None) -> None:
+        """Answer `pair[0]` with `pair[1]` without waking the object (None: stop)."""
+        self._sockets.set_auto_response((self.class_name, self.id), pair)
+
+    def get_web_socket_auto_response_timestamp(self, ws: HibernatableWebSocket) -> int | None:
+        """Epoch ms of the last auto-response on `ws`: the client was alive then."""
+        return self._sockets.auto_response_timestamp(ws.id)
 
     def now_ms(self) -> int:
         """The runtime clock in epoch milliseconds (use it instead of time.time())."""
@@ -74,3 +95,18 @@ class DurableObject:
         raise NotImplementedError(
             f"{type(self).__name__} set an alarm but defines no "
             "'async def alarm(self, info)' handler")
+
+    async def web_socket_connect(self, ws: HibernatableWebSocket,
+                                 request: dict[str, Any]) -> None:
+        """A client connected to this object's route; the default accepts it untagged."""
+        self.ctx.accept_web_socket(ws)
+
+    async def web_socket_message(self, ws: HibernatableWebSocket, message: str) -> None:
+        """A message from an accepted connection (wakes a hibernated object)."""
+
+    async def web_socket_close(self, ws: HibernatableWebSocket, code: int, reason: str,
+                               was_clean: bool) -> None:
+        """The client closed the connection."""
+
+    async def web_socket_error(self, ws: HibernatableWebSocket, error: str) -> None:
+        """The connection failed."""

@@ -20,6 +20,7 @@ from alarmtop.core.events import EventBus
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
 from alarmtop.core.objects.storage_api import AlarmAccess, Storage
+from alarmtop.core.sockets import SocketRegistry
 from alarmtop.core.storage.interface import StorageBackend
 
 ObjectKey = tuple[str, str]
@@ -67,6 +68,7 @@ class ObjectHost:
         self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
         self._reaper: asyncio.Task[None] | None = None
         self._deadline: int | None = None
+        self.sockets = SocketRegistry(events)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -132,7 +134,7 @@ class ObjectHost:
         cls = self._classes[cls_name]
         storage = r.storage or Storage(r.key, lambda: self._backend.open_object(cls_name, name),
                                        self._alarms, self._preserve_alarm)
-        ctx = ObjectContext(cls_name, name, storage, self._clock)
+        ctx = ObjectContext(cls_name, name, storage, self._clock, self.sockets)
         r.storage, r.ctx = storage, ctx
         instance = cls(ctx, self._env)
         await ctx._drain_blockers()

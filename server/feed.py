@@ -1,0 +1,145 @@
+"""Snapshot, then deltas: one coalesced frame per tick, fanned out to every client.
+
+The feed drains the runtime's events once per tick and builds one delta (the
+rows that changed, fresh counts, the tail of the event log), encoded once and
+offered to every client. Each client has a bounded queue: a client that falls
+behind loses its queued deltas and gets a fresh snapshot instead, so a slow
+viewer is downsampled and never grows the server's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alarmtop.core.events import Event
+from alarmtop.server.ops import OpsService, alarm_row
+from alarmtop.server.wire import encode, split_object
+
+MAX_ROWS_PER_DELTA = 200
+MAX_EVENTS_PER_DELTA = 100
+CLIENT_QUEUE = 32
+
+
+class ClientChannel:
+    """One client's outgoing frames: results first and never dropped; deltas bounded."""
+
+    def __init__(self, send: Callable[[str], Awaitable[None]],
+                 snapshot: Callable[[], Awaitable[str]]) -> None:
+        self._send = send
+        self._snapshot = snapshot
+        self._results: collections.deque[str] = collections.deque()
+        self._deltas: collections.deque[str] = collections.deque()
+        self._wake = asyncio.Event()
+        self.resync = False
+        self.dropped = 0
+        self.sent = 0
+
+    def offer_delta(self, frame: str) -> None:
+        if len(self._deltas) >= CLIENT_QUEUE:
+            # Behind: forget the queued deltas and send a fresh snapshot instead.
+            self.dropped += len(self._deltas)
+            self._deltas.clear()
+            self.resync = True
+        else:
+            self._deltas.append(frame)
+        self._wake.set()
+
+    def send_result(self, frame: str) -> None:
+        self._results.append(frame)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._results or self._deltas or self.resync:
+                if self._results:
+                    frame = self._results.popleft()
+                elif self.resync:
+                    self.resync = False
+                    frame = await self._snapshot()
+                else:
+                    frame = self._deltas.popleft()
+                await self._send(frame)
+                self.sent += 1
+
+
+class Feed:
+    def __init__(self, ops: OpsService, tick_s: float = 0.25) -> None:
+        self.ops = ops
+        self.tick_s = tick_s
+        self.clients: set[ClientChannel] = set()
+        self._sub = ops.rt.events.subscribe(maxsize=200_000)
+        self._task: asyncio.Task[None] | None = None
+        self.seq = 0
+        self.events_in = 0
+        self.frames_out = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="ops-feed")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._sub.close()
+
+    async def snapshot_frame(self) -> str:
+        snap = await self.ops.snapshot()
+        snap["seq"] = self.seq
+        return encode(snap)
+
+    async def _loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            events = self._sub.drain()
+            if events and self.clients:
+                frame = encode(await self.build_delta(events))
+                self.frames_out += len(self.clients)
+                for client in list(self.clients):
+                    client.offer_delta(frame)
+            self.events_in += len(events)
+            await asyncio.sleep(max(0.0, self.tick_s - (time.monotonic() - started)))
+
+    async def build_delta(self, events: list[Event]) -> dict[str, Any]:
+        self.seq += 1
+        objects: dict[str, None] = {}
+        executions: dict[str, None] = {}
+        fires = failures = 0
+        for ev in events:
+            if ev.type.startswith("alarm.") and "object" in ev.data:
+                objects[ev.data["object"]] = None
+            eid = ev.data.get("execution_id")
+            if eid:
+                executions[str(eid)] = None
+            fires += ev.type == "alarm.fired"
+            failures += ev.type == "alarm.failed"
+        alarms = []
+        for ref in list(objects)[:MAX_ROWS_PER_DELTA]:
+            cls, name = split_object(ref)
+            try:
+                status = await self.ops.rt.alarm(cls, name)
+            except Exception:  # the class may have gone; the row is simply left out
+                continue
+            alarms.append(alarm_row(status) if status is not None
+                          else {"object": ref, "state": "none"})
+        rows = []
+        for eid in list(executions)[:MAX_ROWS_PER_DELTA]:
+            rec = await self.ops.rt.executions.engine.store.get(eid)
+            if rec is not None:
+                rows.append({"execution_id": rec.id, "name": rec.name,
+                             "status": rec.status.value, "blocked_on": rec.blocked_on,
+                             "updated_ms": rec.updated_ms, "saga": rec.saga})
+        tail = events[-MAX_EVENTS_PER_DELTA:]
+        return {"type": "delta", "seq": self.seq, "at_ms": self.ops.rt.clock.now_ms(),
+                "counts": await self.ops.counts(), "alarms": alarms,
+                "alarms_changed": len(objects), "executions": rows,
+                "executions_changed": len(executions),
+                "events": [e.to_dict() for e in tail], "events_total": len(events),
+                "fires": fires, "failures": failures, "faults": self.ops.rt.faults.list()}

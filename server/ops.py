@@ -1,0 +1,203 @@
+"""Commands and queries of the ops channel, applied to a runtime.
+
+Each operator command is written to the audit log (who, role, client address,
+when, what, why, and whether it worked) and announced as an `operator.*` event.
+Queries page and filter: a client never receives the whole world.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from alarmtop.core import AlarmStatus, Runtime
+from alarmtop.core.errors import AlarmtopError
+from alarmtop.server.wire import Command, ProtocolError, split_object
+
+DEFAULT_PAGE = 50
+SNAPSHOT_ROWS = 50
+
+
+@dataclass(frozen=True)
+class Session:
+    """Who sent a command: their role and address, for permissions and the audit log."""
+
+    role: str
+    address: str
+
+
+def alarm_row(status: AlarmStatus) -> dict[str, Any]:
+    d = status.to_dict()
+    d["object"] = status.object
+    d["attempts"] = [a.to_dict() for a in status.attempts]
+    return d
+
+
+class OpsService:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+            "rearm": self._rearm, "fire_now": self._fire_now,
+            "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
+            "clear_fault": self._clear_fault, "send_callback": self._send_callback,
+            "alarms": self.alarms, "alarm": self._alarm, "objects": self.objects,
+            "executions": self.executions, "execution": self._execution,
+            "audit": self._audit, "faults": self._faults, "snapshot": self._snapshot,
+        }
+
+    async def run(self, cmd: Command, session: Session) -> Any:
+        """Apply a command; raises `AlarmtopError`/`ProtocolError` with a clear message."""
+        if cmd.needs_operator and session.role != "operator":
+            raise PermissionError(f"{cmd.op} needs the operator role; this connection is "
+                                  f"a {session.role}")
+        if cmd.op in ("retry_compensation", "resolve", "abort", "hand_to_human"):
+            return await self._execution_action(cmd, session)
+        if not cmd.needs_operator:
+            return await self._handlers[cmd.op](cmd.args)
+        target, reason = _target(cmd), cmd.args.get("reason")
+        try:
+            data = await self._handlers[cmd.op](cmd.args)
+        except Exception as exc:
+            await self.rt.audit.record(session.address, cmd.op, target, reason, ok=False,
+                                       role=session.role, detail={"error": str(exc)})
+            raise
+        await self.rt.audit.record(session.address, cmd.op, target, reason, ok=True,
+                                   role=session.role, detail=_summary(data))
+        return data
+
+    # -- objects and alarms ---------------------------------------------------------------
+
+    async def _rearm(self, args: dict[str, Any]) -> Any:
+        cls, name = split_object(args["object"])
+        return alarm_row(await self.rt.rearm(cls, name, at_ms=args.get("at_ms")))
+
+    async def _fire_now(self, args: dict[str, Any]) -> Any:
+        cls, name = split_object(args["object"])
+        return alarm_row(await self.rt.fire_now(cls, name))
+
+    async def _clear_dead_letter(self, args: dict[str, Any]) -> Any:
+        cls, name = split_object(args["object"])
+        return alarm_row(await self.rt.clear_dead_letter(cls, name))
+
+    async def _inject_fault(self, args: dict[str, Any]) -> Any:
+        times = None if args.get("always") else args.get("times", 1)
+        fid = self.rt.faults.inject(args["target"], args["kind"], times,
+                                    seconds=args.get("seconds"), step=args.get("step"),
+                                    point=args.get("point"))
+        return {"fault_id": fid}
+
+    async def _clear_fault(self, args: dict[str, Any]) -> Any:
+        self.rt.faults.clear(args["fault_id"])
+        return {"fault_id": args["fault_id"]}
+
+    async def _send_callback(self, args: dict[str, Any]) -> Any:
+        outcome = args.get("outcome", "success")
+        ex = self.rt.executions
+        if outcome == "success":
+            await ex.send_callback_success(args["callback_id"], args.get("payload"))
+        elif outcome == "failure":
+            await ex.send_callback_failure(args["callback_id"],
+                                           args.get("error_type") or "CallbackError",
+                                           args.get("message") or "")
+        elif outcome == "heartbeat":
+            await ex.send_callback_heartbeat(args["callback_id"])
+        else:
+            raise ProtocolError("send_callback: outcome is 'success', 'failure' or "
+                                f"'heartbeat', not {outcome!r}")
+        return {"callback_id": args["callback_id"], "outcome": outcome}
+
+    async def _execution_action(self, cmd: Command, session: Session) -> Any:
+        ex, eid = self.rt.executions, cmd.args["execution_id"]
+        kw = {"actor": session.address, "role": session.role}
+        if cmd.op == "retry_compensation":
+            return await ex.retry_compensation(eid, **kw)
+        if cmd.op == "resolve":
+            return await ex.resolve(eid, cmd.args["note"], **kw)
+        if cmd.op == "abort":
+            return await ex.abort(eid, cmd.args.get("reason") or "", **kw)
+        return await ex.hand_to_human(eid, cmd.args.get("reason") or "", **kw)
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def alarms(self, args: dict[str, Any]) -> Any:
+        limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
+        state, contains = args.get("state"), args.get("filter")
+        rows = await self.rt.alarms(limit, offset, state=state, contains=contains)
+        total = await self.rt.backend.alarm_index.count(state, contains)
+        return {"rows": [alarm_row(r) for r in rows], "offset": offset, "total": total}
+
+    async def _alarm(self, args: dict[str, Any]) -> Any:
+        cls, name = split_object(args["object"])
+        status = await self.rt.alarm(cls, name)
+        return None if status is None else alarm_row(status)
+
+    async def objects(self, args: dict[str, Any]) -> Any:
+        limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
+        contains = args.get("filter")
+        resident = set(self.rt.resident_objects())
+        keys = await self.rt.backend.list_objects(limit, offset, contains)
+        rows = []
+        for cls, name in keys:
+            status = await self.rt.scheduler.lookup((cls, name))
+            rows.append({"object": f"{cls}/{name}", "resident": (cls, name) in resident,
+                         "sockets": self.rt.sockets.count((cls, name)),
+                         "alarm_ms": None if status is None else status.user_view(),
+                         "alarm_state": None if status is None else status.state.value})
+        return {"rows": rows, "offset": offset, "resident": len(resident),
+                "total": await self.rt.backend.count_objects()}
+
+    async def executions(self, args: dict[str, Any]) -> Any:
+        limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
+        rows = await self.rt.executions.list(args.get("status"), limit, offset)
+        return {"rows": rows, "offset": offset, "counts": await self.rt.executions.counts()}
+
+    async def _execution(self, args: dict[str, Any]) -> Any:
+        return await self.rt.executions.describe(args["execution_id"])
+
+    async def _audit(self, args: dict[str, Any]) -> Any:
+        return {"rows": await self.rt.audit.list(args.get("limit", DEFAULT_PAGE),
+                                                 args.get("offset", 0))}
+
+    async def _faults(self, args: dict[str, Any]) -> Any:
+        return {"rows": self.rt.faults.list()}
+
+    async def _snapshot(self, args: dict[str, Any]) -> Any:
+        return await self.snapshot()
+
+    async def counts(self) -> dict[str, Any]:
+        alarms = await self.rt.alarm_counts()
+        executions = await self.rt.executions.counts()
+        return {"alarms": alarms, "near_exhaustion": await self._near_exhaustion(),
+                "objects": await self.rt.backend.count_objects(),
+                "resident": len(self.rt.resident_objects()),
+                "executions": executions, "needs_human": executions.get("needs_human", 0),
+                "faults": len(self.rt.faults.list())}
+
+    async def _near_exhaustion(self) -> int:
+        rows = await self.rt.alarms(200, state="retrying")
+        return sum(1 for r in rows if r.near_exhaustion)
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The most urgent page of everything, plus counts: what a new client sees first."""
+        return {"type": "snapshot", "at_ms": self.rt.clock.now_ms(),
+                "counts": await self.counts(),
+                "alarms": (await self.alarms({"limit": SNAPSHOT_ROWS}))["rows"],
+                "executions": (await self.executions({"limit": SNAPSHOT_ROWS}))["rows"],
+                "faults": self.rt.faults.list()}
+
+
+def _target(cmd: Command) -> str | None:
+    for key in ("object", "target", "fault_id", "callback_id", "execution_id"):
+        if key in cmd.args:
+            return str(cmd.args[key])
+    return None
+
+
+def _summary(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: data[k] for k in list(data)[:8] if k not in ("attempts",)}
+    return data
+
+
+__all__ = ["AlarmtopError", "OpsService", "Session"]

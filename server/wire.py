@@ -1,0 +1,193 @@
+"""The ops protocol on the wire: typed messages, pure encode and decode.
+
+Client to server: `{"op": "hello", "token": ...}` first, then commands
+`{"op": NAME, "id": N, ...fields}`. Server to client: `welcome`, `snapshot`,
+`delta`, `result` (`{"type": "result", "id": N, "ok": bool, "data"|"error"}`)
+and `error` (for frames that are not even a command). No socket in here: this
+module turns text into checked values and back, and says precisely what is
+wrong with a bad frame.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL = 1
+MAX_FRAME_BYTES = 1 << 20  # websockets closes the connection (1009) above this
+MAX_DEPTH = 16
+
+
+class ProtocolError(ValueError):
+    """A frame that cannot be accepted; `id` is the command id when one was readable."""
+
+    def __init__(self, message: str, id: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.id = id
+
+
+@dataclass(frozen=True)
+class Field:
+    type: type | tuple[type, ...]
+    required: bool = True
+    doc: str = ""
+
+
+_STR, _INT, _NUM = str, int, (int, float)
+_OPT_STR = Field(str, False)
+
+# op -> (operator only, fields)
+OPS: dict[str, tuple[bool, dict[str, Field]]] = {
+    "rearm": (True, {"object": Field(_STR), "at_ms": Field(_INT, False), "reason": _OPT_STR}),
+    "fire_now": (True, {"object": Field(_STR), "reason": _OPT_STR}),
+    "clear_dead_letter": (True, {"object": Field(_STR), "reason": _OPT_STR}),
+    "inject_fault": (True, {"target": Field(_STR), "kind": Field(_STR),
+                            "times": Field(_INT, False), "seconds": Field(_NUM, False),
+                            "step": _OPT_STR, "point": _OPT_STR, "always": Field(bool, False),
+                            "reason": _OPT_STR}),
+    "clear_fault": (True, {"fault_id": Field(_STR), "reason": _OPT_STR}),
+    "send_callback": (True, {"callback_id": Field(_STR), "outcome": Field(_STR, False),
+                             "payload": Field(object, False), "error_type": _OPT_STR,
+                             "message": _OPT_STR, "reason": _OPT_STR}),
+    "retry_compensation": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
+    "resolve": (True, {"execution_id": Field(_STR), "note": Field(_STR), "reason": _OPT_STR}),
+    "abort": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
+    "hand_to_human": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
+    "alarms": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                       "state": _OPT_STR, "filter": _OPT_STR}),
+    "alarm": (False, {"object": Field(_STR)}),
+    "objects": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                        "filter": _OPT_STR}),
+    "executions": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                           "status": _OPT_STR}),
+    "execution": (False, {"execution_id": Field(_STR)}),
+    "audit": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False)}),
+    "faults": (False, {}),
+    "snapshot": (False, {}),
+}
+OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)
+MAX_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Hello:
+    token: str
+
+
+@dataclass(frozen=True)
+class Command:
+    op: str
+    id: int
+    args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def needs_operator(self) -> bool:
+        return self.op in OPERATOR_OPS
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def _type_ok(value: Any, expected: type | tuple[type, ...]) -> bool:
+    if expected is object:
+        return True
+    if isinstance(value, bool) and expected is not bool:
+        return False  # JSON true is not a number here
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, expected)
+
+
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    if isinstance(expected, tuple):
+        return "number"
+    return {"str": "string", "int": "integer", "bool": "boolean"}.get(expected.__name__,
+                                                                      expected.__name__)
+
+
+def decode(text: str | bytes) -> Hello | Command:
+    """Parse one client frame, or raise `ProtocolError` saying what is wrong."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("frames must be UTF-8 JSON text") from None
+    try:
+        msg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+    except ValueError as exc:  # e.g. numbers too long to convert
+        raise ProtocolError(f"not acceptable JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError('a frame is a JSON object like {"op": "alarms", "id": 1}')
+    if _depth(msg) > MAX_DEPTH:
+        raise ProtocolError(f"frame nested deeper than {MAX_DEPTH} levels")
+    op = msg.get("op")
+    if op == "hello":
+        token = msg.get("token")
+        if not isinstance(token, str) or not token:
+            raise ProtocolError('hello needs a "token" string')
+        return Hello(token)
+    raw_id = msg.get("id")
+    cid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
+    if not isinstance(op, str):
+        raise ProtocolError('missing "op": one of ' + ", ".join(sorted(OPS)), cid)
+    if op not in OPS:
+        raise ProtocolError(f"unknown op {op!r}; ops: {', '.join(sorted(OPS))}", cid)
+    if cid is None or not 0 <= cid < 2**53:
+        raise ProtocolError(f'{op} needs an integer "id" (0 to 2**53) to match its result')
+    _, spec = OPS[op]
+    args: dict[str, Any] = {}
+    for name, f in spec.items():
+        if name not in msg or msg[name] is None:
+            if f.required:
+                raise ProtocolError(f"{op} needs {name!r} ({_type_name(f.type)})", cid)
+            continue
+        if not _type_ok(msg[name], f.type):
+            raise ProtocolError(f"{op}: {name!r} must be a {_type_name(f.type)}, not "
+                                f"{type(msg[name]).__name__}", cid)
+        args[name] = msg[name]
+    unknown = set(msg) - set(spec) - {"op", "id"}
+    if unknown:
+        raise ProtocolError(f"{op}: unknown field(s) {', '.join(sorted(unknown))}", cid)
+    for key in ("offset", "limit"):
+        if key in args and not 0 <= args[key] <= (MAX_PAGE if key == "limit" else 10**9):
+            raise ProtocolError(f"{op}: {key} must be between 0 and "
+                                f"{MAX_PAGE if key == 'limit' else 10**9}", cid)
+    return Command(op, cid, args)
+
+
+def encode(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"), default=str)
+
+
+def welcome(role: str) -> dict[str, Any]:
+    return {"type": "welcome", "role": role, "protocol": PROTOCOL}
+
+
+def result(cid: int, data: Any = None) -> dict[str, Any]:
+    return {"type": "result", "id": cid, "ok": True, "data": data}
+
+
+def failure(cid: int | None, error: str) -> dict[str, Any]:
+    if cid is None:
+        return {"type": "error", "error": error}
+    return {"type": "result", "id": cid, "ok": False, "error": error}
+
+
+def split_object(ref: str) -> tuple[str, str]:
+    """`Class/name` -> (class, name); the name may itself contain '/'."""
+    cls, sep, name = ref.partition("/")
+    if not sep or not cls or not name:
+        raise ProtocolError(f"objects are written 'Class/name', not {ref!r}")
+    return cls, name
