@@ -1,7 +1,9 @@
 """The `alarmtop` command line.
 
-`alarmtop --demo` runs the embedded demo runtime. Until the console lands it
-prints the runtime's events, one line each; the same flag will open the console.
+`alarmtop` opens the console on a server (`--url`, `--token`, `--read-only`);
+`alarmtop --demo` runs the embedded demo runtime and its server in this process
+and opens the console on it (`--events` prints the event stream instead);
+`alarmtop serve` runs a runtime and its server.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
+import os
+import secrets
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -46,13 +51,63 @@ async def _run_demo(data_dir: Path, duration: float | None) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="alarmtop", description="Watch and steer durable "
-                                "objects, alarms and sagas.")
-    p.add_argument("--demo", action="store_true", help="run the embedded demo runtime")
+                                "objects, alarms and sagas. `alarmtop serve --help` for the "
+                                "server.")
+    p.add_argument("--demo", action="store_true",
+                   help="run the embedded demo runtime and server in this process")
+    p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", "ws://127.0.0.1:8765/ops"),
+                   help="the server's ops channel (default ws://127.0.0.1:8765/ops)")
+    p.add_argument("--token", default=None, help="access token (default: "
+                   "ALARMTOP_OPERATOR_TOKEN, then ALARMTOP_VIEWER_TOKEN)")
+    p.add_argument("--read-only", action="store_true", help="hide and refuse every action")
     p.add_argument("--data-dir", type=Path, help="where the demo keeps its data "
                    "(default: a fresh temporary folder)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds")
+    p.add_argument("--events", action="store_true",
+                   help="with --demo: print the runtime's events instead of the console")
+    p.add_argument("--duration", type=float, help="with --demo --events: stop after seconds")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
     return p
+
+
+async def _demo_console(data_dir: Path, read_only: bool) -> None:
+    """The demo runtime, its server on a free local port, and the console on it."""
+    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.server.app import OpsServer
+    from alarmtop.server.auth import Tokens
+    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.client import WebSocketOpsClient
+
+    rt = build_demo_runtime(data_dir)
+    tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
+    async with rt:
+        server = OpsServer(rt, tokens, "127.0.0.1", 0)
+        await server.start()
+        driver = asyncio.create_task(drive_demo(rt))
+        try:
+            app = AlarmtopApp(WebSocketOpsClient(server.url, tokens.operator),
+                              target=f"demo@127.0.0.1:{server.port}", read_only=read_only)
+            await app.run_async()
+        finally:
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver
+            await server.stop()
+
+
+def _console(url: str, token: str | None, read_only: bool) -> int:
+    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.client import WebSocketOpsClient
+
+    token = token or os.environ.get("ALARMTOP_OPERATOR_TOKEN") or os.environ.get(
+        "ALARMTOP_VIEWER_TOKEN")
+    if not token:
+        print("alarmtop: give --token (or set ALARMTOP_OPERATOR_TOKEN / ALARMTOP_VIEWER_TOKEN; "
+              "`alarmtop serve` prints and saves them), or try: alarmtop --demo",
+              file=sys.stderr)
+        return 2
+    target = url.split("://", 1)[-1].split("/", 1)[0]
+    AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only).run()
+    return 0
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
@@ -96,13 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["serve"]:
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
-    configure_logging(json_lines=args.log_json)
     if not args.demo:
-        print("alarmtop: only --demo is available so far (the console and `serve` are "
-              "being built); try: alarmtop --demo", file=sys.stderr)
-        return 2
+        return _console(args.url, args.token, args.read_only)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="alarmtop-demo-"))
-    print(f"alarmtop demo: data in {data_dir}; Ctrl-C to stop", file=sys.stderr)
+    if args.events:
+        configure_logging(json_lines=args.log_json)
+        print(f"alarmtop demo: data in {data_dir}; Ctrl-C to stop", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run_demo(data_dir, args.duration))
+        return 0
+    # The console owns the terminal: logs would scribble over it.
+    logging.getLogger("alarmtop").addHandler(logging.NullHandler())
+    logging.getLogger("alarmtop").propagate = False
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run_demo(data_dir, args.duration))
+        asyncio.run(_demo_console(data_dir, args.read_only))
     return 0

@@ -1,0 +1,146 @@
+"""`alarmtop`: the Textual console for alarms and sagas.
+
+One Screen per view, switched with MODES. The feed is one exclusive worker that
+connects, merges frames into `ConsoleState` and reconnects with backoff when the
+server goes away; every view redraws from that state. Commands go through
+`command()`, which refuses in read-only mode and shows the server's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App
+from textual.binding import Binding
+
+from alarmtop.tui.client import CommandError, Disconnected, OpsClient
+from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
+from alarmtop.tui.screens.dialogs import TextDialog
+from alarmtop.tui.screens.executions import ExecutionsScreen
+from alarmtop.tui.screens.lists import (
+    AuditScreen,
+    EventsScreen,
+    FaultsScreen,
+    HelpScreen,
+    ObjectsScreen,
+)
+from alarmtop.tui.screens.overview import OverviewScreen
+from alarmtop.tui.state import ConsoleState
+
+MAX_BACKOFF_S = 10.0
+
+
+class AlarmtopApp(App[None]):
+    CSS_PATH = "alarmtop.tcss"
+    TITLE = "alarmtop"
+    MODES: ClassVar[dict[str, Any]] = {
+        "overview": OverviewScreen, "alarms": AlarmsScreen, "executions": ExecutionsScreen,
+        "objects": ObjectsScreen, "dead": DeadLettersScreen, "faults": FaultsScreen,
+        "audit": AuditScreen, "events": EventsScreen,
+    }
+    DEFAULT_MODE = "overview"
+    BINDINGS: ClassVar[list[Any]] = [
+        Binding("1", "switch_mode('overview')", "Overview", show=False, id="view-overview"),
+        Binding("2", "switch_mode('alarms')", "Alarms", show=False, id="view-alarms"),
+        Binding("3", "switch_mode('executions')", "Executions", show=False,
+                id="view-executions"),
+        Binding("4", "switch_mode('objects')", "Objects", show=False, id="view-objects"),
+        Binding("5", "switch_mode('dead')", "Dead letters", show=False, id="view-dead"),
+        Binding("6", "switch_mode('faults')", "Faults", show=False, id="view-faults"),
+        Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
+        Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
+        Binding("slash", "filter", "Filter", tooltip="Show only objects whose Class/name "
+                "contains a text", id="filter"),
+        Binding("question_mark", "help", "Help", tooltip="Every key and what it does",
+                id="help"),
+        Binding("q", "quit", "Quit", tooltip="Leave alarmtop", id="quit"),
+    ]
+
+    def __init__(self, client: OpsClient, *, target: str = "", read_only: bool = False) -> None:
+        super().__init__()
+        self.client = client
+        self.target = target
+        self.read_only = read_only
+        self.state = ConsoleState()
+        self.filter_text = ""
+
+    def on_mount(self) -> None:
+        self.feed()
+        # Countdowns move between frames: redraw on the server's time plus what passed here.
+        self.set_interval(0.5, self._tick)
+
+    def _tick(self) -> None:
+        if self.state.connected:
+            self.state.advance_local(time.monotonic())
+            self._redraw()
+
+    @work(exclusive=True, group="feed")
+    async def feed(self) -> None:
+        """Connect, follow the frames, reconnect with backoff: forever."""
+        backoff = 0.5
+        while True:
+            try:
+                await self.client.connect()
+                backoff = 0.5
+                async for frame in self.client.frames():
+                    if self.state.apply(frame, time.monotonic()):
+                        self._redraw()
+            except CommandError as exc:  # a bad token will not get better by retrying
+                self.state.connected, self.state.status = False, f"refused: {exc}"
+                self._redraw()
+                self.notify(f"the server refused us: {exc}", severity="error", timeout=30)
+                return
+            except (Disconnected, OSError) as exc:
+                self.state.connected, self.state.status = False, "disconnected, reconnecting"
+                self._redraw()
+                self.log.warning(f"feed: {exc}")
+            await asyncio.sleep(backoff)
+            backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    def _redraw(self) -> None:
+        refresh = getattr(self.screen, "refresh_from", None)
+        if refresh is not None:
+            refresh(self.state)
+
+    async def fetch(self, op: str, **args: Any) -> Any:
+        """A read from the server; None (and a notice) when it fails."""
+        try:
+            return await self.client.request(op, **{k: v for k, v in args.items()
+                                                    if v is not None})
+        except (CommandError, Disconnected, TimeoutError) as exc:
+            self.notify(f"{op}: {exc}", severity="warning")
+            return None
+
+    async def command(self, op: str, **args: Any) -> Any:
+        """An operator action; shows the server's answer either way."""
+        if self.read_only:
+            self.notify(f"{op} refused: the console is read-only", severity="error")
+            return None
+        try:
+            data = await self.client.request(op, **args)
+        except (CommandError, Disconnected, TimeoutError) as exc:
+            self.notify(f"{op} failed: {exc}", severity="error", timeout=8)
+            return None
+        self.notify(f"{op}: ok", severity="information")
+        reload = getattr(self.screen, "reload", None)
+        if reload is not None:
+            self.run_worker(reload(), exclusive=True, group="reload")
+        return data
+
+    @work(group="dialogs")
+    async def action_filter(self) -> None:
+        text = await self.push_screen_wait(TextDialog(
+            "Filter by Class/name (empty: show all)", "e.g. LeaseLedger/tenant",
+            self.filter_text, required=False))
+        if text is not None:
+            self.filter_text = text
+            self._redraw()
+            reload = getattr(self.screen, "reload", None)
+            if reload is not None:
+                await reload()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())

@@ -1,0 +1,106 @@
+"""Alarms paged from the server, with every attempt of the selected one; dead letters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Static
+
+from alarmtop.tui.formatting import duration, first_line, relative
+from alarmtop.tui.screens.actions import ActionsMixin
+from alarmtop.tui.screens.base import fill_table, selected_key
+from alarmtop.tui.screens.overview import ALARM_COLUMNS, add_columns, alarm_rows
+from alarmtop.tui.state import ConsoleState
+
+PAGE = 100
+
+
+def attempts_text(row: dict[str, Any] | None, now_ms: int) -> Text:
+    if row is None:
+        return Text("select an alarm to see its attempts", style="dim")
+    out = Text(f"{row['object']}\n", style="bold")
+    out.append(f"state {row['state']}  retry {row['retry_count']}/{row['max_retries']}  "
+               f"scheduled {relative(row.get('scheduled_ms'), now_ms)}\n\n")
+    for i, a in enumerate(row.get("attempts") or [], start=1):
+        took = "died (no end)" if a.get("end_ms") is None else duration(
+            a["end_ms"] - a["start_ms"])
+        out.append(f"#{i}  {relative(a['start_ms'], now_ms):>12}  {took:>13}  ")
+        out.append(first_line(a.get("error"), 70) + "\n", style="red")
+    if not row.get("attempts"):
+        out.append("no failed attempt", style="dim")
+    return out
+
+
+class AlarmsScreen(ActionsMixin):
+    STATE: str | None = None
+    TITLE_TEXT = "Alarms"
+    BINDINGS = [*ActionsMixin.ALARM_BINDINGS,
+                Binding("pagedown", "page(1)", "Next page", tooltip="The next 100 alarms",
+                        id="next-page"),
+                Binding("pageup", "page(-1)", "Prev page", tooltip="The previous 100 alarms",
+                        id="prev-page")]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.page_offset = 0
+        self.total = 0
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def body(self) -> ComposeResult:
+        table: DataTable[Any] = DataTable(id="alarm-page", cursor_type="row")
+        table.border_title = self.TITLE_TEXT
+        add_columns(table, ALARM_COLUMNS)
+        with Horizontal():
+            yield table
+            yield Static(id="attempts", classes="detail")
+
+    async def reload(self) -> None:
+        data = await self.console.fetch("alarms", offset=self.page_offset, limit=PAGE,
+                                        state=self.STATE, filter=self.console.filter_text or None)
+        if data is None:
+            return
+        self.total = data["total"]
+        self.rows = {r["object"]: r for r in data["rows"]}
+        self.refresh_from(self.console.state)
+
+    def refresh_from(self, state: ConsoleState) -> None:
+        super().refresh_from(state)
+        for ref in list(self.rows):
+            if ref in state.alarms:  # deltas keep the page live between reloads
+                self.rows[ref] = state.alarms[ref]
+        table = self.query_one("#alarm-page", DataTable)
+        fill_table(table, alarm_rows(list(self.rows.values()), state.now_ms))
+        end = min(self.page_offset + PAGE, self.total)
+        table.border_subtitle = (f"{self.page_offset + 1 if self.total else 0}-{end} of "
+                                 f"{self.total:,}  (/ filter)")
+        chosen = selected_key(table)
+        self.query_one("#attempts", Static).update(
+            attempts_text(self.rows.get(chosen) if chosen else None, state.now_ms))
+
+    def selected_object(self) -> str | None:
+        return selected_key(self.query_one("#alarm-page", DataTable))
+
+    def selected_row(self, kind: str) -> dict[str, Any] | None:
+        ref = self.selected_object()
+        return self.rows.get(ref) if ref and kind == "alarm" else None
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        ref = self.selected_object()
+        self.query_one("#attempts", Static).update(
+            attempts_text(self.rows.get(ref) if ref else None, self.console.state.now_ms))
+        self.refresh_bindings()
+
+    async def action_page(self, step: int) -> None:
+        start = max(0, self.page_offset + step * PAGE)
+        if start < max(self.total, 1):
+            self.page_offset = start
+            await self.reload()
+
+
+class DeadLettersScreen(AlarmsScreen):
+    STATE = "dead"
+    TITLE_TEXT = "Dead letters (retries exhausted: re-arm or clear)"

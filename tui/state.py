@@ -1,0 +1,100 @@
+"""What the console knows: a snapshot merged with deltas. Pure, no Textual.
+
+The console never holds everything: it keeps the most urgent alarms the server
+sent (bounded), the executions it was told about, a bounded event log and a
+short history of fire and failure counts for the sparklines.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from alarmtop.tui.formatting import urgency
+
+MAX_ALARMS = 500
+MAX_EXECUTIONS = 500
+MAX_EVENTS = 1000
+HISTORY = 60
+
+
+@dataclass
+class ConsoleState:
+    role: str | None = None
+    connected: bool = False
+    status: str = "connecting"
+    now_ms: int = 0
+    seq: int = 0
+    events_total: int = 0  # how many events ever arrived (the log itself is bounded)
+    _frame_now: int = 0
+    _frame_at: float | None = None
+    counts: dict[str, Any] = field(default_factory=dict)
+    alarms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    executions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    events: collections.deque[dict[str, Any]] = field(
+        default_factory=lambda: collections.deque(maxlen=MAX_EVENTS))
+    fires: collections.deque[int] = field(
+        default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
+    failures: collections.deque[int] = field(
+        default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
+
+    def advance_local(self, monotonic_s: float) -> None:
+        """Move `now_ms` on by the local time passed since the last frame."""
+        if self._frame_at is not None:
+            self.now_ms = self._frame_now + int((monotonic_s - self._frame_at) * 1000)
+
+    def apply(self, frame: dict[str, Any], monotonic_s: float | None = None) -> bool:
+        """Merge one frame; True when something visible changed."""
+        if frame.get("at_ms"):
+            self._frame_now, self._frame_at = int(frame["at_ms"]), monotonic_s
+        kind = frame.get("type")
+        if kind == "welcome":
+            self.role, self.connected, self.status = frame.get("role"), True, "connected"
+            return True
+        if kind == "snapshot":
+            self.alarms = {r["object"]: r for r in frame.get("alarms", [])}
+            self.executions = {r["execution_id"]: r for r in frame.get("executions", [])}
+            self._common(frame)
+            return True
+        if kind == "delta":
+            for row in frame.get("alarms", []):
+                if row.get("state") == "none":
+                    self.alarms.pop(row["object"], None)
+                else:
+                    self.alarms[row["object"]] = row
+            for row in frame.get("executions", []):
+                self.executions[row["execution_id"]] = row
+            self.events.extend(frame.get("events", []))
+            self.events_total += len(frame.get("events", []))
+            self.fires.append(int(frame.get("fires", 0)))
+            self.failures.append(int(frame.get("failures", 0)))
+            self._common(frame)
+            self._trim()
+            return True
+        return False
+
+    def _common(self, frame: dict[str, Any]) -> None:
+        self.now_ms = int(frame.get("at_ms") or self.now_ms)
+        self.seq = int(frame.get("seq") or self.seq)
+        self.counts = frame.get("counts") or self.counts
+        self.faults = frame.get("faults", self.faults)
+
+    def _trim(self) -> None:
+        if len(self.alarms) > MAX_ALARMS:
+            keep = sorted(self.alarms.values(), key=urgency)[:MAX_ALARMS]
+            self.alarms = {r["object"]: r for r in keep}
+        if len(self.executions) > MAX_EXECUTIONS:
+            keep = sorted(self.executions.values(), key=lambda r: -(r.get("updated_ms") or 0))
+            self.executions = {r["execution_id"]: r for r in keep[:MAX_EXECUTIONS]}
+
+    def urgent_alarms(self, limit: int = 50, contains: str = "") -> list[dict[str, Any]]:
+        rows = [r for r in self.alarms.values() if contains in r["object"]]
+        return sorted(rows, key=urgency)[:limit]
+
+    def urgent_executions(self, limit: int = 50) -> list[dict[str, Any]]:
+        rank = {"needs_human": 0, "failed": 1, "running": 2, "suspended": 3}
+        return sorted(self.executions.values(),
+                      key=lambda r: (rank.get(r.get("status", ""), 4),
+                                     -(r.get("updated_ms") or 0)))[:limit]
