@@ -23,7 +23,7 @@ from alarmtop.core.durable.errors import (
     ValidationError,
     error_object,
 )
-from alarmtop.core.durable.operations import OpStatus, OpType, error_payload, payload
+from alarmtop.core.durable.operations import OpStatus, OpType, payload
 
 if TYPE_CHECKING:
     from alarmtop.core.durable.context import DurableContext
@@ -168,8 +168,8 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
                 value = await fn(Ctx(inv, branch_id, parent_for_records=op_id))
                 results[index] = BatchItem(index, "SUCCEEDED", value)
                 return
-            value = await _nested_branch(ctx, op_id, branch_id, spec.item_sub_type, bname, fn,
-                                         item_serdes)
+            value = await ctx._child_at(branch_id, fn, bname, spec.item_sub_type, item_serdes,
+                                        parent_id=op_id)
             results[index] = BatchItem(index, "SUCCEEDED", value)
         except SuspendExecution as exc:
             suspended[index] = exc
@@ -208,33 +208,3 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
     rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, ctx.now_ms()
     await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
     return batch
-
-
-async def _nested_branch(ctx: DurableContext, parent_op: str, branch_id: str, sub_type: str,
-                         name: str | None, fn: Branch, serdes: SerDes) -> Any:
-    """One branch as its own child context operation (replayed whole once done)."""
-    from alarmtop.core.durable.context import DurableContext as Ctx
-    inv = ctx._inv
-    rec = inv.ops.get(branch_id)
-    if rec is not None:
-        if rec.status is OpStatus.SUCCEEDED:
-            return None if rec.result is None else serdes.deserialize(rec.result)
-        if rec.status is OpStatus.FAILED:
-            raise ChildContextError.from_error_object(rec.error or {})
-    else:
-        rec = ctx._new(branch_id, OpType.CONTEXT, sub_type, name)
-        rec.parent_id = parent_op
-        await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
-    try:
-        value = await fn(Ctx(inv, branch_id))
-    except SuspendExecution:
-        raise
-    except Exception as exc:
-        err = error_object(exc)
-        rec.status, rec.error, rec.ended_ms = OpStatus.FAILED, err, ctx.now_ms()
-        await inv.save(rec, inv.event("ContextFailed", rec, {"Error": error_payload(err)}))
-        raise ChildContextError.from_error_object(err) from None
-    text = serdes.serialize(value)
-    rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, ctx.now_ms()
-    await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
-    return serdes.deserialize(text)

@@ -398,8 +398,15 @@ class DurableContext:
 
     async def _child(self, fn: Callable[[DurableContext], Awaitable[Any]], name: str | None,
                      sub_type: str, serdes: SerDes) -> Any:
+        return await self._child_at(self._next_id(), fn, name, sub_type, serdes)
+
+    async def _child_at(self, op_id: str, fn: Callable[[DurableContext], Awaitable[Any]],
+                        name: str | None, sub_type: str, serdes: SerDes,
+                        parent_id: str | None = None) -> Any:
+        """A child context operation `op_id`: replayed whole once done, else (re)run.
+
+        `parent_id` overrides the record's parent (a batch branch names its batch)."""
         inv = self._inv
-        op_id = self._next_id()
         rec = self._lookup(op_id, OpType.CONTEXT, sub_type, name)
         if rec is not None and rec.status is OpStatus.SUCCEEDED:
             return None if rec.result is None else serdes.deserialize(rec.result)
@@ -407,6 +414,8 @@ class DurableContext:
             raise ChildContextError.from_error_object(rec.error or {})
         if rec is None:
             rec = self._new(op_id, OpType.CONTEXT, sub_type, name)
+            if parent_id is not None:
+                rec.parent_id = parent_id
             await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
         try:
             value = await fn(DurableContext(inv, op_id))
