@@ -11,7 +11,6 @@ started are left out of the result. A branch failure never fails the parent.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -147,7 +146,7 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
     op_id = ctx._next_id()
     rec = ctx._lookup(op_id, OpType.CONTEXT, spec.kind, name)
     if rec is not None and rec.status is OpStatus.SUCCEEDED:
-        return BatchResult.from_dict(json.loads(rec.result or "{}"))
+        return BatchResult.from_dict((spec.serdes or JSON_SERDES).deserialize(rec.result or "{}"))
     if rec is None:
         rec = ctx._new(op_id, OpType.CONTEXT, spec.kind, name)
         await inv.save(rec, inv.event("ContextStarted", rec), wait=False)

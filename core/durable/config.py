@@ -219,6 +219,15 @@ class ChildConfig:
 
 
 @dataclass(frozen=True)
+class InvokeConfig:
+    """How `invoke` encodes its payload and decodes the child's result text."""
+
+    serdes_payload: SerDes | None = None
+    serdes_result: SerDes | None = None
+    tenant_id: str | None = None
+
+
+@dataclass(frozen=True)
 class CompletionConfig:
     """When a parallel/map batch is complete (the AWS SDK's rules)."""
 

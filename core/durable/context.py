@@ -25,6 +25,7 @@ from alarmtop.core.durable.config import (
     CallbackConfig,
     ChildConfig,
     Duration,
+    InvokeConfig,
     MapConfig,
     ParallelConfig,
     RetryPresets,
@@ -36,6 +37,7 @@ from alarmtop.core.durable.config import (
 )
 from alarmtop.core.durable.errors import (
     CallbackExternalError,
+    CallbackSubmitterError,
     CallbackTimeoutError,
     ChildContextError,
     DurableOperationError,
@@ -44,6 +46,7 @@ from alarmtop.core.durable.errors import (
     InvokeError,
     NonDeterministicExecutionError,
     StepError,
+    StepInterruptedError,
     SuspendExecution,
     ValidationError,
     WaitForConditionError,
@@ -68,6 +71,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 HUMAN = "HumanDecision"
+REPLAY_CHILDREN_BYTES = 256 * 1024
 
 # The step whose body is running, for the idempotency ledger and faults.
 current_step: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
@@ -272,7 +276,7 @@ class DurableContext:
         at_most_once = cfg.step_semantics is StepSemantics.AT_MOST_ONCE_PER_RETRY
         interrupted = rec.status is OpStatus.STARTED
         if interrupted and at_most_once:
-            return await self._step_failed(rec, cfg, RuntimeError(
+            return await self._step_failed(rec, cfg, StepInterruptedError(
                 f"step {label!r} was interrupted and runs at most once per retry"), rec.attempt)
         if not interrupted:
             rec.status, rec.attempt = OpStatus.STARTED, rec.attempt + 1
@@ -377,9 +381,13 @@ class DurableContext:
 
         async def body(child: DurableContext) -> Any:
             cb = await child.create_callback(f"{name} create callback id" if name else None, cfg)
-            await child.step(submitter, cb.callback_id,
-                             name=f"{name} submitter" if name else None,
-                             config=StepConfig(retry_strategy=cfg.retry_strategy))
+            try:
+                await child.step(submitter, cb.callback_id,
+                                 name=f"{name} submitter" if name else None,
+                                 config=StepConfig(retry_strategy=cfg.retry_strategy))
+            except StepError as exc:
+                raise CallbackSubmitterError(
+                    f"the submitter failed: {exc.error_type}: {exc.message}") from None
             return await cb.result()
 
         return await self._child(body, name, "WaitForCallback", CALLBACK_SERDES)
@@ -409,6 +417,9 @@ class DurableContext:
         inv = self._inv
         rec = self._lookup(op_id, OpType.CONTEXT, sub_type, name)
         if rec is not None and rec.status is OpStatus.SUCCEEDED:
+            if rec.extra.get("replay_children"):
+                # Too large to checkpoint: rebuilt by replaying the children's records.
+                return serdes.deserialize(serdes.serialize(await fn(DurableContext(inv, op_id))))
             return None if rec.result is None else serdes.deserialize(rec.result)
         if rec is not None and rec.status is OpStatus.FAILED:
             raise ChildContextError.from_error_object(rec.error or {})
@@ -425,8 +436,13 @@ class DurableContext:
             await inv.save(rec, inv.event("ContextFailed", rec, {"Error": error_payload(err)}))
             raise ChildContextError.from_error_object(err) from None
         text = serdes.serialize(value)
+        details: dict[str, Any] = {"Result": payload(text)}
         rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, self.now_ms()
-        await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
+        if len(text.encode()) > REPLAY_CHILDREN_BYTES:
+            # As in the AWS SDK: keep the log small, rebuild the result on replay.
+            rec.result, rec.extra = "", {**rec.extra, "replay_children": True}
+            details = {"Result": payload(""), "ReplayChildren": True}
+        await inv.save(rec, inv.event("ContextSucceeded", rec, details))
         return serdes.deserialize(text)
 
     # -- parallel and map -----------------------------------------------------------------
@@ -463,19 +479,22 @@ class DurableContext:
     # -- invoke ---------------------------------------------------------------------------
 
     async def invoke(self, function_name: str, payload_value: Any = None,
-                     name: str | None = None, *, tenant_id: str | None = None) -> Any:
+                     name: str | None = None, config: InvokeConfig | None = None, *,
+                     tenant_id: str | None = None) -> Any:
         """Start an execution of another registered handler and wait for its result.
 
         Raises `InvokeError` (with the child's error type and message) when it fails.
         """
         inv = self._inv
+        cfg = config or InvokeConfig(tenant_id=tenant_id)
+        tenant_id = tenant_id or cfg.tenant_id
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
         if rec is None:
             assert inv.start_child is not None
-            text = JSON_SERDES.serialize(payload_value)
+            text = (cfg.serdes_payload or JSON_SERDES).serialize(payload_value)
             child_id = f"{self.execution_id}.{op_id}"
-            version = await inv.start_child(function_name, payload_value, child_id,
+            version = await inv.start_child(function_name, text, child_id,
                                             f"{self.execution_id}#{op_id}")
             rec = self._new(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
             rec.extra = {"child": child_id, "function": function_name}
@@ -486,7 +505,8 @@ class DurableContext:
                 details["TenantId"] = tenant_id
             await inv.save(rec, inv.event("ChainedInvokeStarted", rec, details))
         if rec.status is OpStatus.SUCCEEDED:
-            return None if rec.result is None else JSON_SERDES.deserialize(rec.result)
+            return None if rec.result is None else (
+                cfg.serdes_result or JSON_SERDES).deserialize(rec.result)
         if rec.status is OpStatus.FAILED:
             raise InvokeError.from_error_object(rec.error or {})
         raise SuspendExecution(f"waiting for {function_name} ({rec.extra.get('child')})",

@@ -9,6 +9,7 @@
           ├── UnknownCallback (also NotFound)          no callback with that id
           ├── CallbackAlreadyCompleted (also InvalidArgument)
           ├── InvalidExecutionState                    operator action does not apply now
+          ├── StepInterruptedError                     an at-most-once step was cut short
           └── DurableOperationError                    raised into handler code, rebuilt
                ├── StepError                           identically on replay from the log
                ├── ChildContextError
@@ -87,6 +88,10 @@ class DurableOperationError(DurableExecutionError):
 
 class StepError(DurableOperationError):
     pass
+
+
+class StepInterruptedError(DurableExecutionError):
+    """An at-most-once step was found started but unfinished: it may or may not have run."""
 
 
 class ChildContextError(DurableOperationError):

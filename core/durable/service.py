@@ -102,10 +102,11 @@ class ExecutionEngine:
             "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
             "name": ev.get("Name"), "sub_type": ev.get("SubType")})
 
-    async def start_child(self, function_name: str, event: Any, child_id: str,
+    async def start_child(self, function_name: str, input_text: str, child_id: str,
                           parent: str) -> str:
         """Start (or find, on replay after a crash) the execution an invoke waits for."""
-        await self.runtime.executions.start(function_name, event, child_id, parent=parent)
+        await self.runtime.executions.start(function_name, None, child_id, parent=parent,
+                                            input_text=input_text)
         rec = await self.store.get(child_id)
         return rec.version if rec is not None else "?"
 
@@ -142,7 +143,7 @@ class Executions:
 
     async def start(self, name: str, event: Any = None, execution_id: str | None = None, *,
                     version: str | None = None, timeout_s: int | None = None,
-                    parent: str | None = None) -> str:
+                    parent: str | None = None, input_text: str | None = None) -> str:
         """Start an execution of handler `name` with input `event`; returns its id.
 
         Starting again with the same id and name returns the existing execution.
@@ -154,7 +155,8 @@ class Executions:
                                    f"{sorted(self.engine.handlers) or 'none'})")
         version = version or max(versions, key=_version_key)
         fn = self.engine.handler(name, version)
-        input_text = to_json(event, f"the input of execution {name!r}")
+        if input_text is None:  # an invoke passes its own serialized payload
+            input_text = to_json(event, f"the input of execution {name!r}")
         if execution_id is None:
             execution_id = f"{name}-{self._rt.clock.now_ms():x}-{next(self._ids)}"
         out = await self._stub(execution_id).begin(name, version, input_text,
