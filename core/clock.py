@@ -174,6 +174,68 @@ class Wakeup:
                 handle.cancel()
 
 
+class SharedTimers:
+    """Many timers on one clock timer: `call_at_ms` like a clock's, for timers that are
+    nearly always cancelled long before they fire (a timeout per alarm attempt).
+
+    Only the earliest pending timer is on the clock. Cancelled timers are dropped
+    lazily, and the heap is rebuilt when they outnumber the live ones, so memory
+    stays proportional to the live timers.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._heap: list[tuple[int, int, _SharedHandle]] = []
+        self._seq = itertools.count()
+        self._live = 0
+        self._armed: TimerHandle | None = None
+
+    def call_at_ms(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
+        handle = _SharedHandle(int(when_ms), callback, self)
+        heapq.heappush(self._heap, (handle.when_ms, next(self._seq), handle))
+        self._live += 1
+        if len(self._heap) > 64 and len(self._heap) > 2 * self._live:
+            self._heap = [e for e in self._heap if not e[2].cancelled]
+            heapq.heapify(self._heap)
+        if self._armed is None or handle.when_ms < self._armed.when_ms:
+            self._arm()
+        return handle
+
+    def _arm(self) -> None:
+        heap = self._heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        if self._armed is not None:
+            self._armed.cancel()
+            self._armed = None
+        if heap:
+            self._armed = self._clock.call_at_ms(heap[0][0], self._fire)
+
+    def _fire(self) -> None:
+        self._armed = None
+        now, heap = self._clock.now_ms(), self._heap
+        while heap and heap[0][0] <= now:
+            _, _, handle = heapq.heappop(heap)
+            if not handle.cancelled:
+                handle.cancelled = True  # fired: no longer live
+                self._live -= 1
+                handle.callback()
+        self._arm()
+
+
+class _SharedHandle(TimerHandle):
+    __slots__ = ("_owner",)
+
+    def __init__(self, when_ms: int, callback: Callable[[], None], owner: SharedTimers) -> None:
+        super().__init__(when_ms, callback)
+        self._owner = owner
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._owner._live -= 1
+
+
 class ClockTimeout:
     """`async with ClockTimeout(clock, seconds):` cancels the body when the clock says so.
 
@@ -181,8 +243,10 @@ class ClockTimeout:
     expire it. Raises `TimeoutError` out of the block when it expired.
     """
 
-    def __init__(self, clock: Clock, seconds: float | None) -> None:
+    def __init__(self, clock: Clock, seconds: float | None,
+                 timers: SharedTimers | None = None) -> None:
         self._clock = clock
+        self._timers: Clock | SharedTimers = timers or clock
         self._seconds = seconds
         self._handle: TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -192,7 +256,7 @@ class ClockTimeout:
         if self._seconds is not None:
             self._task = asyncio.current_task()
             when = self._clock.now_ms() + round(self._seconds * 1000)
-            self._handle = self._clock.call_at_ms(when, self._expire)
+            self._handle = self._timers.call_at_ms(when, self._expire)
         return self
 
     def _expire(self) -> None:
@@ -202,16 +266,33 @@ class ClockTimeout:
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: Any) -> bool:
-        if self._handle is not None:
-            self._handle.cancel()
-        if self.expired and exc_type is asyncio.CancelledError and self._task is not None:
-            if self._task.uncancel() == 0:
+        # Drop the handle (its callback is our bound method) and the task: left in
+        # place they form a cycle that keeps the finished task for the cyclic GC.
+        handle, task, self._handle, self._task = self._handle, self._task, None, None
+        if handle is not None:
+            handle.cancel()
+        if self.expired and exc_type is asyncio.CancelledError and task is not None:
+            if task.uncancel() == 0:
                 raise TimeoutError from exc
         return False
 
 
 class SystemClock(_TrackingMixin):
-    """Wall-clock time (epoch milliseconds) with timers on the event loop."""
+    """Wall-clock time (epoch milliseconds) with timers on the event loop.
+
+    Nobody waits for the wall clock to be idle, so it keeps no busy accounting: its
+    tasks are plain tasks and `idle_wait` is a plain await (these sit on the hot path
+    of every alarm).
+    """
+
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        return asyncio.get_running_loop().create_task(coro, name=name)
+
+    def _is_tracked(self) -> bool:
+        return False
+
+    async def idle_wait(self, awaitable: Awaitable[T]) -> T:
+        return await awaitable
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000

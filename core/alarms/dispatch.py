@@ -12,7 +12,7 @@ import traceback
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmRecord
 from alarmtop.core.alarms.scheduler import AlarmScheduler
-from alarmtop.core.clock import Clock, ClockTimeout
+from alarmtop.core.clock import Clock, ClockTimeout, SharedTimers
 from alarmtop.core.errors import AlarmHandlerTimeout
 from alarmtop.core.faults import FaultRegistry, InjectedFault
 from alarmtop.core.objects.base import AlarmInfo, DurableObject
@@ -34,6 +34,9 @@ class AlarmDispatcher:
         self._faults = faults
         self._clock = clock
         self._timeout_s = alarm_timeout_s
+        # Every attempt has a timeout and nearly all finish long before it: one clock
+        # timer for all of them instead of one per attempt.
+        self._timeouts = SharedTimers(clock)
 
     async def fire(self, rec: AlarmRecord) -> None:
         sched = self._sched
@@ -60,7 +63,7 @@ class AlarmDispatcher:
     async def _attempt(self, r: Resident, rec: AlarmRecord) -> str | None:
         """Run the handler; None on success, else a description of what went wrong."""
         target = f"{rec.object_class}/{rec.object_name}"
-        timeout = ClockTimeout(self._clock, self._timeout_s)
+        timeout = ClockTimeout(self._clock, self._timeout_s, self._timeouts)
         try:
             try:
                 async with timeout:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from alarmtop.core.clock import Clock, Wakeup
@@ -96,9 +96,12 @@ class ObjectHost:
 
     # -- events ---------------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def exclusive(self, key: ObjectKey) -> AsyncIterator[Resident]:
-        """Hold the object's event lock (without waking it)."""
+    def exclusive(self, key: ObjectKey) -> _Exclusive:
+        """`async with host.exclusive(key) as r:` holds the object's event lock
+        (without waking it)."""
+        return _Exclusive(self, key)
+
+    def _enter(self, key: ObjectKey) -> Resident:
         r = self._residents.get(key)
         if r is None:
             r = self._residents[key] = Resident(key, self._clock.now_ms())
@@ -106,25 +109,22 @@ class ObjectHost:
         if r.owner is task and task is not None:
             raise ReentrantCall(*key)
         r.users += 1
-        try:
-            # Waiting for another event of this object is not work of our own: that
-            # event may be sleeping on the clock, and time must be free to move.
-            await self._clock.idle_wait(r.lock.acquire())
-            r.owner = task
-            try:
-                yield r
-            finally:
-                r.owner = None
-                r.last_active_ms = self._clock.now_ms()
-                r.lock.release()
-                if self._deadline is None and r.instance is not None:
-                    self._wakeup.poke()  # the reaper slept with nothing idle to watch
-        finally:
-            r.users -= 1
-            if key in self._residents:
-                self._residents.move_to_end(key)
-            if r.users == 0 and r.instance is None:
-                self._residents.pop(key, None)
+        return r
+
+    def _release(self, r: Resident) -> None:
+        r.owner = None
+        r.last_active_ms = self._clock.now_ms()
+        r.lock.release()
+        if self._deadline is None and r.instance is not None:
+            self._wakeup.poke()  # the reaper slept with nothing idle to watch
+
+    def _leave(self, r: Resident) -> None:
+        r.users -= 1
+        key = r.key
+        if key in self._residents:
+            self._residents.move_to_end(key)
+        if r.users == 0 and r.instance is None:
+            self._residents.pop(key, None)
 
     async def wake(self, r: Resident) -> DurableObject:
         """The live instance, constructing it (and running its blockers) if needed."""
@@ -156,19 +156,35 @@ class ObjectHost:
 
     async def hibernate(self, key: ObjectKey) -> bool:
         r = self._residents.get(key)
-        if r is None or r.users > 0 or r.lock.locked():
+        if r is None or r.users > 0 or r.lock.locked() or r.instance is None:
             return False
+        if r.storage is None or not r.storage._is_open:
+            # Nothing to close: evict without awaiting. No event can slip in meanwhile,
+            # so the lock is not needed (objects that only use alarms are like this).
+            self._evict(r)
+            self._residents.pop(key, None)
+            return True
         async with self.exclusive(key) as r:
             if r.instance is None:
                 return False
             if r.storage is not None:
                 await r.storage._close()
-            r.instance = r.ctx = r.storage = None
-            self._live -= 1
+            self._evict(r)
         # The entry goes when its last user leaves (see exclusive): an event that
         # queued behind us keeps it and wakes the object again.
-        self._events.emit("object.hibernated", {"object": f"{key[0]}/{key[1]}"})
         return True
+
+    def _evict(self, r: Resident) -> None:
+        r.instance = r.ctx = r.storage = None
+        self._live -= 1
+        self._events.emit("object.hibernated", {"object": f"{r.key[0]}/{r.key[1]}"})
+
+    def _low_water(self) -> int:
+        """What an over-full host evicts down to: a little below the cap, so that a stream
+        of wakes costs one eviction pass per `max_resident // 8` wakes, not one per wake."""
+        if self._live <= self._max_resident:
+            return self._max_resident
+        return self._max_resident - self._max_resident // 8
 
     def _views(self) -> Iterator[ResidentView]:
         # A generator: the decisions stop reading at the first recently used object.
@@ -179,7 +195,7 @@ class ObjectHost:
         while True:
             views = self._views()
             for key in choose_evictions(views, self._clock.now_ms(), self._hibernate_after_ms,
-                                        self._max_resident, self._live):
+                                        self._low_water(), self._live):
                 await self.hibernate(key)
             deadline = next_deadline(self._views(), self._hibernate_after_ms)
             if deadline is not None:  # an object that could not go now is tried again later
@@ -187,3 +203,38 @@ class ObjectHost:
             self._deadline = deadline
             await self._wakeup.wait(self._deadline)
 
+
+class _Exclusive:
+    """The context manager of `ObjectHost.exclusive`: a class rather than an
+    `@asynccontextmanager` generator, because every event of every object goes
+    through it and the generator machinery costs several microseconds a time."""
+
+    __slots__ = ("_host", "_key", "_r")
+
+    def __init__(self, host: ObjectHost, key: ObjectKey) -> None:
+        self._host = host
+        self._key = key
+        self._r: Resident | None = None
+
+    async def __aenter__(self) -> Resident:
+        host = self._host
+        r = host._enter(self._key)
+        try:
+            # Waiting for another event of this object is not work of our own: that
+            # event may be sleeping on the clock, and time must be free to move.
+            await host._clock.idle_wait(r.lock.acquire())
+        except BaseException:
+            host._leave(r)
+            raise
+        r.owner = asyncio.current_task()
+        self._r = r
+        return r
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        r, self._r = self._r, None
+        assert r is not None
+        try:
+            self._host._release(r)
+        finally:
+            self._host._leave(r)

@@ -70,12 +70,17 @@ class Storage:
         self._preserve_alarm = delete_all_preserves_alarm
         self._store: ObjectStore | None = None
         self._savepoints = itertools.count()
-        self.sql = Sql(self)
         # Alarm as the object sees it: loaded lazily, changed in memory during an
         # event and made durable by the runtime at the end of the event.
         self._alarm: int | None = None
         self._alarm_known = False
         self._alarm_dirty = False
+
+    @property
+    def sql(self) -> Sql:
+        """`await storage.sql.exec(...)`. Made on each use: a `Sql` kept here would make
+        a reference cycle, and every woken object would leave garbage for the cyclic GC."""
+        return Sql(self)
 
     # -- plumbing used by the runtime --------------------------------------------------
 
@@ -102,6 +107,11 @@ class Storage:
 
     def _forget_alarm(self) -> None:
         self._alarm_known = self._alarm_dirty = False
+
+    @property
+    def _is_open(self) -> bool:
+        """Whether the object's database is open (closing it needs I/O)."""
+        return self._store is not None
 
     async def _commit(self) -> None:
         if self._store is not None:
