@@ -28,7 +28,9 @@ lint: $(STAMP)
 	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples
 
 bench: $(STAMP)
+	$(BIN)/python bench/physical_limits.py --quick
 	$(BIN)/python bench/alarm_fire.py --quick
+	$(BIN)/python bench/pending_scale.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""Shared helpers of the benchmark scripts: repeats, statistics, memory, output.
+
+Each measured run can go to its own child process (`run_child`), so that peak RSS
+belongs to that run alone and no state leaks between repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The p-th percentile (0-100) by nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
+    return float(ordered[rank])
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    """Resident set size now, from /proc (Linux)."""
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def base_parser(doc: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (>= 3)")
+    parser.add_argument("--dir", default=None,
+                        help="where the SQLite files go (default: a temporary folder; "
+                             "keep it on the disk you want to measure)")
+    parser.add_argument("--json", action="store_true", help="also print all results as JSON")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    return parser
+
+
+def work_dir(base: str | None, prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+
+
+def run_child(script: str, args: Sequence[str]) -> dict[str, Any]:
+    """Run `script --child ...` in a fresh interpreter; its last stdout line is JSON."""
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"child run failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def emit_child(result: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+class Table:
+    """Figures collected over repeats, printed as median, min and max."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.rows: dict[str, list[float]] = {}
+        self.units: dict[str, str] = {}
+
+    def add(self, name: str, value: float, unit: str = "") -> None:
+        self.rows.setdefault(name, []).append(value)
+        self.units[name] = unit
+
+    def add_all(self, result: dict[str, float], units: dict[str, str]) -> None:
+        for name, value in result.items():
+            if name in units:
+                self.add(name, value, units[name])
+
+    def print(self) -> None:
+        print(f"\n== {self.title}")
+        print(f"{'figure':<44}{'median':>14}{'min':>14}{'max':>14}  unit   (n)")
+        for name, values in self.rows.items():
+            med, lo, hi = statistics.median(values), min(values), max(values)
+            print(f"{name:<44}{_fmt(med):>14}{_fmt(lo):>14}{_fmt(hi):>14}  "
+                  f"{self.units[name]:<6} ({len(values)})")
+        sys.stdout.flush()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: {"median": statistics.median(v), "min": min(v), "max": max(v),
+                       "unit": self.units[name], "runs": v}
+                for name, v in self.rows.items()}
+
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def repeat(times: int, fn: Callable[[int], dict[str, float]], table: Table,
+           units: dict[str, str]) -> None:
+    for i in range(max(3, times)):
+        table.add_all(fn(i), units)
