@@ -7,6 +7,8 @@ read fresh at each scrape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from alarmtop.core import Event, Runtime
@@ -36,7 +38,7 @@ class Metrics:
         self.viewers = Gauge("alarmtop_viewers_connected", "Clients on the ops channel",
                              registry=r)
         self.sockets = Gauge("alarmtop_object_sockets", "Open object WebSockets", registry=r)
-        self._unlisten = runtime.events.listen(self._on_event)
+        self._unlisten: Callable[[], None] | None = runtime.events.listen(self._on_event)
 
     def _on_event(self, ev: Event) -> None:
         if ev.type == "alarm.fired":
@@ -64,4 +66,6 @@ class Metrics:
         return generate_latest(self.registry)
 
     def close(self) -> None:
-        self._unlisten()
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None

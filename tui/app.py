@@ -13,8 +13,9 @@ import time
 from typing import Any, ClassVar
 
 from textual import work
-from textual.app import App
+from textual.app import App, ScreenStackError
 from textual.binding import Binding
+from textual.css.query import NoMatches
 
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
@@ -88,6 +89,8 @@ class AlarmtopApp(App[None]):
                 async for frame in self.client.frames():
                     if self.state.apply(frame, time.monotonic()):
                         self._redraw()
+                    if frame.get("type") == "snapshot":
+                        self._reload_view()  # after a reconnect pages may be stale
             except CommandError as exc:  # a bad token will not get better by retrying
                 self.state.connected, self.state.status = False, f"refused: {exc}"
                 self._redraw()
@@ -101,9 +104,22 @@ class AlarmtopApp(App[None]):
             backoff = min(MAX_BACKOFF_S, backoff * 2)
 
     def _redraw(self) -> None:
-        refresh = getattr(self.screen, "refresh_from", None)
-        if refresh is not None:
+        try:
+            screen = self.screen
+        except ScreenStackError:  # shutting down: nothing left to draw on
+            return
+        refresh = getattr(screen, "refresh_from", None)
+        if refresh is None or not screen.is_mounted:
+            return  # a view not mounted yet draws itself when it is
+        try:
             refresh(self.state)
+        except NoMatches:  # its widgets are still being composed: the next tick redraws
+            pass
+
+    def _reload_view(self) -> None:
+        reload = getattr(self.screen, "reload", None)
+        if reload is not None and self.screen.is_mounted:
+            self.screen.run_worker(reload, exclusive=True, group="reload")
 
     async def fetch(self, op: str, **args: Any) -> Any:
         """A read from the server; None (and a notice) when it fails."""
@@ -125,9 +141,7 @@ class AlarmtopApp(App[None]):
             self.notify(f"{op} failed: {exc}", severity="error", timeout=8)
             return None
         self.notify(f"{op}: ok", severity="information")
-        reload = getattr(self.screen, "reload", None)
-        if reload is not None:
-            self.run_worker(reload(), exclusive=True, group="reload")
+        self._reload_view()
         return data
 
     @work(group="dialogs")

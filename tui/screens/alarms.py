@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 
 from alarmtop.tui.formatting import duration, first_line, relative
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import fill_table, selected_key
+from alarmtop.tui.screens.base import Sorting, fill_table, selected_key
 from alarmtop.tui.screens.overview import ALARM_COLUMNS, add_columns, alarm_rows
 from alarmtop.tui.state import ConsoleState
 
@@ -39,16 +39,18 @@ class AlarmsScreen(ActionsMixin):
     STATE: str | None = None
     TITLE_TEXT = "Alarms"
     BINDINGS = [*ActionsMixin.ALARM_BINDINGS,
+                # priority: the table would otherwise take these keys to scroll itself
                 Binding("pagedown", "page(1)", "Next page", tooltip="The next 100 alarms",
-                        id="next-page"),
+                        id="next-page", priority=True),
                 Binding("pageup", "page(-1)", "Prev page", tooltip="The previous 100 alarms",
-                        id="prev-page")]
+                        id="prev-page", priority=True)]
 
     def __init__(self) -> None:
         super().__init__()
         self.page_offset = 0
         self.total = 0
         self.rows: dict[str, dict[str, Any]] = {}
+        self.sorting = Sorting()
 
     def body(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="alarm-page", cursor_type="row")
@@ -64,8 +66,8 @@ class AlarmsScreen(ActionsMixin):
         if data is None:
             return
         self.total = data["total"]
-        self.rows = {r["object"]: r for r in data["rows"]}
-        self.refresh_from(self.console.state)
+        self.rows = {r["object"]: r for r in data["rows"]}  # replaces the page: no stale rows
+        self.redraw()
 
     def refresh_from(self, state: ConsoleState) -> None:
         super().refresh_from(state)
@@ -73,7 +75,7 @@ class AlarmsScreen(ActionsMixin):
             if ref in state.alarms:  # deltas keep the page live between reloads
                 self.rows[ref] = state.alarms[ref]
         table = self.query_one("#alarm-page", DataTable)
-        fill_table(table, alarm_rows(list(self.rows.values()), state.now_ms))
+        fill_table(table, self.sorting.apply(alarm_rows(list(self.rows.values()), state.now_ms)))
         end = min(self.page_offset + PAGE, self.total)
         table.border_subtitle = (f"{self.page_offset + 1 if self.total else 0}-{end} of "
                                  f"{self.total:,}  (/ filter)")
@@ -87,6 +89,10 @@ class AlarmsScreen(ActionsMixin):
     def selected_row(self, kind: str) -> dict[str, Any] | None:
         ref = self.selected_object()
         return self.rows.get(ref) if ref and kind == "alarm" else None
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self.sorting.choose(event.column_index)
+        self.redraw()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         ref = self.selected_object()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
+from textual.worker import Worker
 
 from alarmtop.tui.formatting import EXEC_STYLE, STATE_STYLE
 from alarmtop.tui.state import ConsoleState
@@ -46,6 +49,32 @@ def fill_table(table: DataTable[Any], rows: Iterable[Row]) -> None:
                 table.update_cell(key, col, after)
 
 
+class Sorting:
+    """A column to sort a table by, chosen by clicking its header (again: reversed)."""
+
+    def __init__(self) -> None:
+        self.column: int | None = None
+        self.reverse = False
+
+    def choose(self, column: int) -> None:
+        self.reverse = self.column == column and not self.reverse
+        self.column = column
+
+    def apply(self, rows: Sequence[Row]) -> list[Row]:
+        if self.column is None:
+            return list(rows)  # the server's order: most urgent first
+        col = self.column
+        return sorted(rows, key=lambda r: _sort_text(r[1][col]), reverse=self.reverse)
+
+
+def _sort_text(cell: Any) -> tuple[int, float | str]:
+    text = str(cell.plain if isinstance(cell, Text) else cell).strip()
+    try:
+        return (0, float(text.split("/")[0]))
+    except ValueError:
+        return (1, text)
+
+
 def selected_key(table: DataTable[Any]) -> str | None:
     if table.row_count == 0:
         return None
@@ -72,8 +101,17 @@ class ConsoleScreen(Screen[None]):
         yield from ()
 
     def on_screen_resume(self) -> None:
-        self.refresh_from(self.console.state)
-        self.run_worker(self.reload(), exclusive=True, group="reload")
+        self.redraw()
+        # The method, not a coroutine: a worker cancelled before it starts must not
+        # leave a coroutine that was never awaited.
+        worker: Worker[None] = self.run_worker(self.reload, exclusive=True, group="reload")
+        del worker
+
+    def redraw(self) -> None:
+        """Redraw from the console state, unless the view is not (or no longer) composed:
+        frames, ticks and answers to queries may land while a view comes or goes."""
+        with contextlib.suppress(NoMatches):
+            self.refresh_from(self.console.state)
 
     def refresh_from(self, state: ConsoleState) -> None:
         """Redraw from the console state (called on every frame from the server)."""

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static
 
 from alarmtop.tui.formatting import EXEC_STYLE, SAGA_MARK, first_line, relative
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import fill_table, selected_key
+from alarmtop.tui.screens.base import Sorting, fill_table, selected_key
 from alarmtop.tui.screens.overview import EXECUTION_COLUMNS, add_columns, execution_rows
 from alarmtop.tui.state import ConsoleState
 
@@ -82,6 +84,7 @@ class ExecutionsScreen(ActionsMixin):
         super().__init__()
         self.rows: dict[str, dict[str, Any]] = {}
         self.detail: dict[str, Any] | None = None
+        self.sorting = Sorting()
 
     def body(self) -> ComposeResult:
         table: DataTable[Any] = DataTable(id="execution-page", cursor_type="row")
@@ -95,7 +98,7 @@ class ExecutionsScreen(ActionsMixin):
         data = await self.console.fetch("executions", limit=200)
         if data is not None:
             self.rows = {r["execution_id"]: r for r in data["rows"]}
-            self.refresh_from(self.console.state)
+            self.redraw()
             self.load_detail()
 
     def refresh_from(self, state: ConsoleState) -> None:
@@ -106,7 +109,7 @@ class ExecutionsScreen(ActionsMixin):
         rows = sorted(self.rows.values(), key=lambda r: (rank.get(r["status"], 4),
                                                          -(r.get("updated_ms") or 0)))
         fill_table(self.query_one("#execution-page", DataTable),
-                   execution_rows(rows, state.now_ms))
+                   self.sorting.apply(execution_rows(rows, state.now_ms)))
         if self.detail is not None and self.detail["execution_id"] in {
                 r["execution_id"] for r in state.executions.values()}:
             self.load_detail()
@@ -118,8 +121,13 @@ class ExecutionsScreen(ActionsMixin):
     async def load_detail(self) -> None:
         eid = self.selected_execution()
         self.detail = await self.console.fetch("execution", execution_id=eid) if eid else None
-        self.query_one("#execution-detail", Static).update(
-            detail_text(self.detail, self.console.state.now_ms))
+        with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
+            self.query_one("#execution-detail", Static).update(
+                detail_text(self.detail, self.console.state.now_ms))
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        self.sorting.choose(event.column_index)
+        self.redraw()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.load_detail()

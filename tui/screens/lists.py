@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -10,8 +11,10 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Markdown, RichLog
+from textual.worker import Worker
 
 from alarmtop.tui.formatting import first_line, relative
 from alarmtop.tui.screens.base import ConsoleScreen, fill_table, selected_key
@@ -39,9 +42,11 @@ class ObjectsScreen(ConsoleScreen):
         rows = [(r["object"], [r["object"], "resident" if r["resident"] else "hibernated",
                                str(r["sockets"]), relative(r["alarm_ms"], now),
                                r["alarm_state"] or "-"]) for r in data["rows"]]
-        table = self.query_one("#object-page", DataTable)
-        fill_table(table, rows)
-        table.border_subtitle = f"{data['total']:,} with storage, {data['resident']:,} live"
+        with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
+            table = self.query_one("#object-page", DataTable)
+            fill_table(table, rows)
+            table.border_subtitle = (f"{data['total']:,} with storage, "
+                                     f"{data['resident']:,} live")
 
 
 class FaultsScreen(ConsoleScreen):
@@ -94,12 +99,22 @@ class AuditScreen(ConsoleScreen):
                                  Text("ok", style="green") if a["ok"] else Text("refused",
                                                                                style="red"),
                                  first_line(a["reason"], 40)]) for a in data["rows"]]
-        fill_table(self.query_one("#audit-table", DataTable), rows)
+        with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
+            fill_table(self.query_one("#audit-table", DataTable), rows)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen_total = 0
 
     def refresh_from(self, state: ConsoleState) -> None:
         super().refresh_from(state)
-        if any(e["type"].startswith("operator.") for e in list(state.events)[-50:]):
-            self.run_worker(self.reload(), exclusive=True, group="reload")
+        fresh = min(state.events_total - self.seen_total, len(state.events))
+        self.seen_total = state.events_total
+        if fresh > 0 and any(e["type"].startswith("operator.")
+                             for e in list(state.events)[-fresh:]):
+            worker: Worker[None] = self.run_worker(self.reload, exclusive=True,
+                                                   group="reload")
+            del worker
 
 
 class EventsScreen(ConsoleScreen):

@@ -20,8 +20,8 @@ def status_text(state: ConsoleState, target: str, read_only: bool) -> Text:
     line.append(role, style="bold")
     if not state.connected:
         line.append(f"  {state.status.upper()}", style="bold white on red")
-    line.append(f"    objects {count(int(c.get('objects', 0)))} "
-                f"({count(int(c.get('resident', 0)))} live)  alarms {count(total)}\n")
+    line.append(f"    objects {count(int(c.get('objects', 0)))} stored, "
+                f"{count(int(c.get('resident', 0)))} live  alarms {count(total)}\n")
     for label, n in (("DEAD", alarms.get("dead", 0)),
                      ("NEAR-EXH", c.get("near_exhaustion", 0)),
                      ("RETRYING", alarms.get("retrying", 0)),

@@ -1,0 +1,349 @@
+"""A fake ops backend for the console: fixed frames, fixed answers, no time, no network.
+
+`FakeOpsClient` implements the `OpsClient` protocol: it sends a welcome, one
+snapshot and a few deltas (every `at_ms` fixed at `NOW`), then stays quiet; it
+answers the console's queries from the fixed data below and records operator
+commands. With `frozen_console_clock()` the console's own countdown does not
+move either, so what it draws is the same on every run: the snapshot tests and
+`make_screenshots.py` use it. `SCENES` says how to reach each view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+from unittest import mock
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, RichLog, Static
+
+from alarmtop.tui.app import AlarmtopApp
+from alarmtop.tui.formatting import urgency
+
+NOW = 1_800_000_000_000  # 2027-01-15 08:00:00 UTC
+TARGET = "demo@127.0.0.1:8765"
+SIZE = (160, 45)
+S = 1000  # one second in ms
+FIRES = [3, 5, 8, 12, 9, 6, 4, 7, 11, 14, 10, 6]
+FAILURES = [0, 1, 0, 0, 2, 1, 0, 0, 1, 3, 1, 1]
+FAULT_ERROR = ("injected fault f1 (compensation_fail) on hsf-day2/"
+               "compensate_open_viewing_page")
+
+
+def attempts(n: int, first_ms: int, error: str) -> list[dict[str, Any]]:
+    """`n` failed attempts, each 0.8 s long, the ladder doubling from 0.5 s."""
+    out, at, gap = [], first_ms, 500
+    for i in range(1, n + 1):
+        out.append({"start_ms": at, "end_ms": at + 800, "error": f"{error} (attempt {i})"})
+        at, gap = at + 800 + gap, gap * 2
+    return out
+
+
+def alarm(ref: str, state: str, *, due_ms: int, retry: int = 0, max_retries: int = 6,
+          error: str | None = None, tries: int = 0, near: bool = False) -> dict[str, Any]:
+    cls, name = ref.split("/", 1)
+    history = attempts(tries, due_ms - 120 * S, error or "") if tries else []
+    return {"object_class": cls, "object_name": name, "object": ref, "scheduled_ms": due_ms,
+            "state": state, "retry_count": retry, "max_retries": max_retries,
+            "next_attempt_ms": None if state == "dead" else due_ms,
+            "last_error": history[-1]["error"] if history else error,
+            "attempts": history, "near_exhaustion": near}
+
+
+ALARMS = [
+    alarm("Flaky/payments-7", "dead", due_ms=NOW - 40 * S, retry=6, tries=7,
+          error="RuntimeError: downstream unavailable"),
+    alarm("LeaseLedger/tenant-42", "retrying", due_ms=NOW + 63_800, retry=5, tries=5,
+          near=True, error="RuntimeError: revocation service timed out"),
+    alarm("ClickCounter/pricing", "retrying", due_ms=NOW + 3_100, retry=2, tries=2,
+          error="OSError: flush failed, connection reset"),
+    alarm("LeaseLedger/tenant-7", "pending", due_ms=NOW + 400),
+    alarm("ClickCounter/home", "pending", due_ms=NOW + 1_700),
+    alarm("LeaseLedger/tenant-3", "pending", due_ms=NOW + 12_000),
+    alarm("LiveDashboard/main", "pending", due_ms=NOW + 125 * S),
+    alarm("Execution/hsf-day1", "pending", due_ms=NOW + 3_594 * S, max_retries=8),
+]
+ALARMS.sort(key=urgency)
+
+SAGA_STUCK = [
+    {"name": "notify_partners", "state": "compensated", "step": "compensate_notify_partners"},
+    {"name": "open_viewing_page", "state": "failed", "step": "compensate_open_viewing_page",
+     "error": FAULT_ERROR},
+    {"name": "reserve_streaming", "state": "pending", "step": "compensate_reserve_streaming"},
+]
+EXECUTIONS: list[dict[str, Any]] = [
+    {"execution_id": "hsf-day2", "name": "festival-stream", "status": "needs_human",
+     "blocked_on": f"needs a human: compensate_open_viewing_page failed ({FAULT_ERROR})",
+     "updated_ms": NOW - 3 * S, "saga": SAGA_STUCK},
+    {"execution_id": "hsf-day1", "name": "festival-stream", "status": "suspended",
+     "blocked_on": "waiting for callback 'verdict'", "updated_ms": NOW - 6 * S,
+     "saga": [{"name": n, "state": "pending", "step": f"compensate_{n}"}
+              for n in ("notify_partners", "open_viewing_page", "reserve_streaming")]},
+    {"execution_id": "hsf-day3", "name": "festival-stream", "status": "succeeded",
+     "blocked_on": None, "updated_ms": NOW - 5 * S, "saga": []},
+]
+FAULTS: list[dict[str, Any]] = [
+    {"id": "f1", "target": "hsf-day2", "kind": "compensation_fail", "times": None,
+     "remaining": None, "seconds": None, "step": "compensate_open_viewing_page",
+     "point": None, "triggered": 3, "created_ms": NOW - 9 * S},
+    {"id": "f2", "target": "LeaseLedger/tenant-42", "kind": "alarm_raise", "times": 8,
+     "remaining": 3, "seconds": None, "step": None, "point": None, "triggered": 5,
+     "created_ms": NOW - 150 * S},
+]
+OBJECTS = [
+    ("ClickCounter/home", True, 0), ("ClickCounter/pricing", True, 0),
+    ("Execution/hsf-day1", False, 0), ("Execution/hsf-day2", False, 0),
+    ("Flaky/payments-7", False, 0), ("LeaseLedger/tenant-3", True, 0),
+    ("LeaseLedger/tenant-42", True, 0), ("LeaseLedger/tenant-7", False, 0),
+    ("LiveDashboard/main", True, 3),
+]
+AUDIT: list[dict[str, Any]] = [
+    {"seq": 3, "at_ms": NOW - 20 * S, "actor": "127.0.0.1:50412", "role": "operator",
+     "action": "inject_fault", "target": "LeaseLedger/tenant-42", "reason": None, "ok": True},
+    {"seq": 2, "at_ms": NOW - 75 * S, "actor": "127.0.0.1:50412", "role": "operator",
+     "action": "send_callback", "target": "cb1.WyJoc2YtZGF5MiIsIjQiXQ", "reason": None,
+     "ok": True},
+    {"seq": 1, "at_ms": NOW - 95 * S, "actor": "127.0.0.1:50398", "role": "viewer",
+     "action": "rearm", "target": "Flaky/payments-7", "reason": "re-armed from the console",
+     "ok": False},
+]
+COUNTS: dict[str, Any] = {"alarms": {"dead": 1, "retrying": 2, "pending": 5, "running": 0},
+          "near_exhaustion": 1, "objects": 9, "resident": 5,
+          "executions": {"needs_human": 1, "suspended": 1, "succeeded": 1},
+          "needs_human": 1, "faults": 2}
+
+
+def event(type_: str, seconds_ago: float, **data: Any) -> dict[str, Any]:
+    return {"type": type_, "at_ms": NOW - int(seconds_ago * S), "data": data}
+
+
+EVENTS = [
+    event("viewer.connected", 12, address="127.0.0.1:50412", role="operator"),
+    event("alarm.fired", 11.5, object="LeaseLedger/tenant-3", retry_count=0),
+    event("alarm.succeeded", 11.4, object="LeaseLedger/tenant-3"),
+    event("alarm.set", 11.4, object="LeaseLedger/tenant-3", at_ms=NOW + 12_000),
+    event("alarm.fired", 10, object="ClickCounter/pricing", retry_count=1),
+    event("alarm.failed", 9.8, object="ClickCounter/pricing",
+          error="OSError: flush failed, connection reset"),
+    event("alarm.retry_scheduled", 9.8, object="ClickCounter/pricing", retry_count=2),
+    event("fault.triggered", 9, target="LeaseLedger/tenant-42", kind="alarm_raise"),
+    event("alarm.failed", 9, object="LeaseLedger/tenant-42",
+          error="RuntimeError: revocation service timed out"),
+    event("alarm.near_exhaustion", 9, object="LeaseLedger/tenant-42", retry_count=5),
+    event("execution.step_failed", 6, execution_id="hsf-day2",
+          step="compensate_open_viewing_page", attempt=3),
+    event("execution.needs_human", 3, execution_id="hsf-day2",
+          step="compensate_open_viewing_page"),
+    event("alarm.dead", 2, object="Flaky/payments-7", retry_count=6),
+    event("object.hibernated", 1, object="LeaseLedger/tenant-7"),
+]
+
+
+def _history(*entries: tuple[str, str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"EventId": 1, "EventType": "ExecutionStarted"}]
+    for kind, name in entries:
+        ev: dict[str, Any] = {"EventId": len(out) + 1, "EventType": kind, "Name": name}
+        if kind == "StepFailed":
+            ev["StepFailedDetails"] = {
+                "Error": {"Payload": {"ErrorType": "alarmtop.core.faults.InjectedFault",
+                                      "ErrorMessage": FAULT_ERROR}},
+                "RetryDetails": {"CurrentAttempt": 1, "NextAttemptDelaySeconds": 1}}
+        out.append(ev)
+    return out
+
+
+FORWARD = [(k, n) for n in ("reserve_streaming", "open_viewing_page", "notify_partners")
+           for k in ("StepStarted", "StepSucceeded")]
+STUCK = "compensate_open_viewing_page"
+DETAILS: dict[str, dict[str, Any]] = {
+    "hsf-day2": {
+        "version": "1", "invocations": 4, "human_hold": None, "error": None,
+        "callbacks": [
+            {"name": "verdict", "callback_id": "cb1.WyJoc2YtZGF5MiIsIjQiXQ",
+             "status": "succeeded", "kind": "Callback"},
+            {"name": STUCK, "callback_id": "cb1.WyJoc2YtZGF5MiIsIjgiXQ", "status": "started",
+             "kind": "HumanDecision"}],
+        "history": _history(*FORWARD, ("CallbackStarted", "verdict"),
+                            ("InvocationCompleted", ""), ("CallbackSucceeded", "verdict"),
+                            ("StepStarted", "record_cancellation"),
+                            ("StepSucceeded", "record_cancellation"),
+                            ("StepStarted", "compensate_notify_partners"),
+                            ("StepSucceeded", "compensate_notify_partners"),
+                            *[(k, STUCK) for _ in range(3) for k in ("StepStarted",
+                                                                     "StepFailed")],
+                            ("InvocationCompleted", "")),
+    },
+    "hsf-day1": {
+        "version": "1", "invocations": 1, "human_hold": None, "error": None,
+        "callbacks": [{"name": "verdict", "callback_id": "cb1.WyJoc2YtZGF5MSIsIjQiXQ",
+                       "status": "started", "kind": "Callback"}],
+        "history": _history(*FORWARD, ("CallbackStarted", "verdict"),
+                            ("InvocationCompleted", "")),
+    },
+    "hsf-day3": {
+        "version": "1", "invocations": 2, "human_hold": None, "error": None, "callbacks": [],
+        "history": _history(*FORWARD, ("CallbackStarted", "verdict"),
+                            ("CallbackSucceeded", "verdict"), ("StepStarted", "start_streaming"),
+                            ("StepSucceeded", "start_streaming")),
+    },
+}
+
+
+def frames() -> list[dict[str, Any]]:
+    """What the fake server sends: welcome, snapshot, then one delta per sparkline step."""
+    out: list[dict[str, Any]] = [
+        {"type": "welcome", "role": "operator", "protocol": 1},
+        {"type": "snapshot", "at_ms": NOW, "seq": 0, "counts": COUNTS, "alarms": ALARMS,
+         "executions": EXECUTIONS, "faults": FAULTS}]
+    per = -(-len(EVENTS) // len(FIRES))
+    for i, (fires, failures) in enumerate(zip(FIRES, FAILURES), start=1):
+        out.append({"type": "delta", "seq": i, "at_ms": NOW, "counts": COUNTS, "alarms": [],
+                    "executions": [], "events": EVENTS[(i - 1) * per:i * per],
+                    "fires": fires, "failures": failures, "faults": FAULTS})
+    return out
+
+
+LAST_SEQ = len(FIRES)
+
+
+class FakeOpsClient:
+    """An `OpsClient` over the fixed data above; `commands` records what was asked."""
+
+    def __init__(self, role: str = "operator") -> None:
+        self.role: str | None = None
+        self._role = role
+        self.commands: list[tuple[str, dict[str, Any]]] = []
+        self._closed = asyncio.Event()
+
+    async def connect(self) -> None:
+        self.role = self._role
+
+    async def close(self) -> None:
+        self._closed.set()
+
+    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+        for frame in frames():
+            if frame["type"] == "welcome":
+                frame = {**frame, "role": self._role}
+            yield frame
+        await self._closed.wait()  # then quiet, like a server with nothing to say
+
+    async def request(self, op: str, **args: Any) -> Any:
+        answer = getattr(self, f"_{op}", None)
+        if answer is None:
+            self.commands.append((op, args))
+            return {"ok": True}
+        return answer(**args)
+
+    def _alarms(self, offset: int = 0, limit: int = 50, state: str | None = None,
+                filter: str | None = None) -> dict[str, Any]:
+        rows = [r for r in ALARMS if (state is None or r["state"] == state)
+                and (not filter or filter in r["object"])]
+        return {"rows": rows[offset:offset + limit], "offset": offset, "total": len(rows)}
+
+    def _objects(self, offset: int = 0, limit: int = 50,
+                 filter: str | None = None) -> dict[str, Any]:
+        by_ref = {a["object"]: a for a in ALARMS}
+        rows = [{"object": ref, "resident": resident, "sockets": sockets,
+                 "alarm_ms": by_ref[ref]["scheduled_ms"] if ref in by_ref else None,
+                 "alarm_state": by_ref[ref]["state"] if ref in by_ref else None}
+                for ref, resident, sockets in OBJECTS if not filter or filter in ref]
+        return {"rows": rows[offset:offset + limit], "offset": offset,
+                "resident": sum(1 for _, r, _ in OBJECTS if r), "total": len(OBJECTS)}
+
+    def _executions(self, offset: int = 0, limit: int = 50,
+                    status: str | None = None) -> dict[str, Any]:
+        return {"rows": EXECUTIONS[offset:offset + limit], "offset": offset,
+                "counts": COUNTS["executions"]}
+
+    def _execution(self, execution_id: str) -> dict[str, Any]:
+        row = next(r for r in EXECUTIONS if r["execution_id"] == execution_id)
+        return {**row, **DETAILS[execution_id], "input": {"eventId": execution_id},
+                "result": None, "created_ms": NOW - 60 * S, "ended_ms": None}
+
+    def _audit(self, offset: int = 0, limit: int = 50) -> dict[str, Any]:
+        return {"rows": AUDIT[offset:offset + limit]}
+
+    def _faults(self) -> dict[str, Any]:
+        return {"rows": FAULTS}
+
+
+@contextlib.contextmanager
+def frozen_console_clock() -> Iterator[None]:
+    """Stop the console's local countdown: its `time.monotonic()` always says the same."""
+    with mock.patch("alarmtop.tui.app.time", SimpleNamespace(monotonic=lambda: 1000.0)):
+        yield
+
+
+def fake_console(role: str = "operator", read_only: bool = False) -> AlarmtopApp:
+    return AlarmtopApp(FakeOpsClient(role), target=TARGET, read_only=read_only)
+
+
+# -- how to reach each view, shared by the snapshot tests and make_screenshots.py ----------
+
+
+async def until(pilot: Pilot[Any], check: Callable[[], object], what: str) -> None:
+    for _ in range(200):
+        if check():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def fed(pilot: Pilot[Any]) -> None:
+    """Every fixed frame has been merged (the fake sends nothing after the last one)."""
+    await until(pilot, lambda: pilot.app.state.seq == LAST_SEQ, "the last fixed frame")  # type: ignore[attr-defined]
+
+
+def rows(pilot: Pilot[Any], selector: str) -> int:
+    return pilot.app.screen.query_one(selector, DataTable).row_count
+
+
+def text_of(pilot: Pilot[Any], selector: str) -> str:
+    return str(pilot.app.screen.query_one(selector, Static).content)
+
+
+async def _idle_workers(pilot: Pilot[Any]) -> None:
+    await until(pilot, lambda: all(w.group == "feed" or w.is_finished
+                                   for w in pilot.app.workers), "the console's workers")
+
+
+def _scene(key: str, ready: Callable[[Pilot[Any]], object]) -> Callable[[Pilot[Any]],
+                                                                        Awaitable[None]]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await fed(pilot)
+        if key:
+            await pilot.press(key)
+        await until(pilot, lambda: ready(pilot), f"the view behind {key or 'start'}")
+        await _idle_workers(pilot)
+        await pilot.pause()
+    return run_before
+
+
+@dataclass(frozen=True)
+class Scene:
+    name: str  # also the screenshot's file name
+    run_before: Callable[[Pilot[Any]], Awaitable[None]]
+
+
+SCENES = [
+    Scene("overview", _scene("", lambda p: rows(p, "#overview-alarms") == len(ALARMS)
+                             and rows(p, "#overview-executions") == len(EXECUTIONS))),
+    Scene("alarms", _scene("2", lambda p: rows(p, "#alarm-page") == len(ALARMS)
+                           and "#7" in text_of(p, "#attempts"))),
+    Scene("executions", _scene("3", lambda p: rows(p, "#execution-page") == len(EXECUTIONS)
+                               and "saga stack" in text_of(p, "#execution-detail"))),
+    Scene("objects", _scene("4", lambda p: rows(p, "#object-page") == len(OBJECTS))),
+    Scene("dead-letters", _scene("5", lambda p: rows(p, "#alarm-page") == 1
+                                 and "#7" in text_of(p, "#attempts"))),
+    Scene("faults", _scene("6", lambda p: rows(p, "#fault-table") == len(FAULTS))),
+    Scene("audit", _scene("7", lambda p: rows(p, "#audit-table") == len(AUDIT))),
+    Scene("events", _scene("8", lambda p: len(p.app.screen.query_one(RichLog).lines)
+                           == len(EVENTS))),
+    Scene("help", _scene("question_mark", lambda p: type(p.app.screen).__name__
+                         == "HelpScreen")),
+]

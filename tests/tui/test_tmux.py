@@ -1,0 +1,133 @@
+"""The installed `alarmtop --demo` in a real terminal (tmux): read the screen, press keys, quit.
+
+The console runs in a detached tmux session of 160x45 on a tmux server of its
+own (`-L`), so the test never touches a user's tmux. The screen is read with
+`capture-pane`, polled every 0.1 s up to a deadline: here we wait for another
+process, not for a timer of ours.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+TMUX = shutil.which("tmux")
+ALARMTOP = shutil.which("alarmtop", path=str(Path(sys.executable).parent)) or shutil.which(
+    "alarmtop")
+WIDTH, HEIGHT = 160, 45
+START_S = 30.0  # the demo's festival needs a few seconds to reach needs-human
+KEY_S = 10.0
+POLL_S = 0.1
+
+pytestmark = [
+    pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)"),
+    pytest.mark.skipif(ALARMTOP is None, reason="the alarmtop console script is not "
+                       "installed (pip install -e '.[dev]')"),
+]
+
+
+@dataclass
+class Terminal:
+    """One tmux session on a private tmux server."""
+
+    socket: str
+    session: str = "alarmtop"
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        assert TMUX is not None
+        env = {**os.environ, "LANG": os.environ.get("LANG") or "C.UTF-8"}
+        return subprocess.run([TMUX, "-L", self.socket, *args], capture_output=True,
+                              text=True, timeout=10, env=env, check=False)
+
+    def start(self, command: str) -> None:
+        done = self.tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH),
+                         "-y", str(HEIGHT), command)
+        assert done.returncode == 0, done.stderr
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.session).stdout
+
+    def press(self, *keys: str) -> None:
+        done = self.tmux("send-keys", "-t", self.session, *keys)
+        assert done.returncode == 0, done.stderr
+
+    def alive(self) -> bool:
+        return self.tmux("has-session", "-t", self.session).returncode == 0
+
+    def wait_for(self, check: Callable[[str], bool], what: str, timeout: float) -> str:
+        """Poll the screen until `check` accepts it; fail with the last screen."""
+        deadline = time.monotonic() + timeout
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if check(screen):
+                return screen
+            time.sleep(POLL_S)
+        raise AssertionError(f"no {what} within {timeout:.0f} s; the screen was:\n{screen}")
+
+
+@pytest.fixture
+def terminal() -> Iterator[Terminal]:
+    term = Terminal(socket=f"alarmtop-test-{uuid.uuid4().hex[:8]}")
+    try:
+        yield term
+    finally:
+        term.tmux("kill-server")  # our private server only, and what runs in it
+
+
+def rows_of(screen: str, word: str) -> list[str]:
+    return [line for line in screen.splitlines() if word in line]
+
+
+def test_demo_console_in_tmux(terminal: Terminal, tmp_path: Path) -> None:
+    """The installed `alarmtop --demo` draws its header and reaches a needs-human
+    festival; 3 lists the three festival executions with the saga of the stuck one;
+    ? opens the help and escape closes it; q ends the process with status 0."""
+    assert ALARMTOP is not None
+    rc_file = tmp_path / "exit-status"
+    command = (f"{shlex.quote(ALARMTOP)} --demo --data-dir "
+               f"{shlex.quote(str(tmp_path / 'demo-data'))}; echo $? > "
+               f"{shlex.quote(str(rc_file))}")
+    terminal.start(command)
+
+    screen = terminal.wait_for(
+        lambda s: "alarmtop" in s and any("hsf-day2" in r for r in rows_of(s, "NEEDS-HUMAN")),
+        "header and needs-human festival", START_S)
+    header = screen.splitlines()[0]
+    assert "alarmtop" in header and "demo@127.0.0.1:" in header and "operator" in header
+    assert "NEEDS-HUMAN 1" in screen and "DISCONNECTED" not in screen
+    assert "Re-arm" in screen.splitlines()[-1]  # the footer shows the actions
+
+    terminal.press("3")
+    screen = terminal.wait_for(
+        lambda s: all(f"festival-stream/hsf-day{n}" in s for n in (1, 2, 3))
+        and "saga stack" in s, "the executions view", KEY_S)
+    assert "SUSPENDED" in screen and "SUCCEEDED" in screen
+    assert "✗ open_viewing_page" in screen and "Retry comp." in screen
+
+    terminal.press("?")
+    terminal.wait_for(lambda s: "alarmtop keys" in s, "the help", KEY_S)
+    terminal.press("Escape")
+    terminal.wait_for(lambda s: "alarmtop keys" not in s and "saga stack" in s,
+                      "the help to close", KEY_S)
+
+    terminal.press("q")
+    deadline = time.monotonic() + KEY_S
+    while not rc_file.exists() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    assert rc_file.exists(), f"alarmtop did not exit on q; the screen was:\n{terminal.screen()}"
+    assert rc_file.read_text().strip() == "0"
+    deadline = time.monotonic() + KEY_S
+    while terminal.alive() and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    assert not terminal.alive()
