@@ -284,6 +284,12 @@ class Runtime:
         self._check_running()
         return await self.backend.alarm_index.counts()
 
+    async def near_exhaustion_count(self) -> int:
+        """Alarms whose next failure makes them dead letters (each class's own policy)."""
+        self._check_running()
+        return sum(n for cls, retries, n in await self.backend.alarm_index.retry_counts()
+                   if retries >= self.policy_for(cls).max_retries)
+
     async def _operate(self, cls: type[DurableObject] | str, name: str, action: str,
                        apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:
         self._check_running()

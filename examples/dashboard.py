@@ -50,7 +50,7 @@ class LiveDashboard(DurableObject):
             seen = ws.deserialize_attachment() or {}
             alive = max(seen.get("last_seen_ms") or 0,
                         self.ctx.get_web_socket_auto_response_timestamp(ws) or 0)
-            if now - alive > STALE_AFTER_MS:
+            if now - alive >= STALE_AFTER_MS:
                 await ws.close(1001, "no sign of life for a minute")
         if self.ctx.get_web_sockets():
             await self.ctx.storage.set_alarm(now + PRUNE_EVERY_MS)

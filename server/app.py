@@ -42,6 +42,7 @@ log = logging.getLogger("alarmtop.server")
 HELLO_TIMEOUT_S = 10.0
 RATE_PER_S = 50.0
 RATE_BURST = 100.0
+CLOSE_TIMEOUT_S = 5.0
 MAX_REJECTED = 20  # consecutive rate-limited commands before the connection is closed
 CLOSE_POLICY = 1008
 
@@ -106,7 +107,7 @@ class OpsServer:
         self._server = await serve(self._handle, self.host, self.port,
                                    process_request=self._process_request,
                                    max_size=MAX_FRAME_BYTES, ssl=self._ssl,
-                                   logger=log)
+                                   close_timeout=CLOSE_TIMEOUT_S, logger=log)
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
         self.feed.start()
@@ -162,6 +163,8 @@ class OpsServer:
         except TimeoutError:
             await conn.close(CLOSE_POLICY, "send hello first")
             return None
+        except ConnectionClosed:
+            return None  # left before saying hello: nothing to answer
         try:
             msg = decode(frame)
         except ProtocolError as exc:
@@ -185,24 +188,18 @@ class OpsServer:
         if role is None:
             return
         session = Session(role, _address(conn))
-        await conn.send(encode(welcome(role)))
+        try:
+            await conn.send(encode(welcome(role)))
+            await conn.send(await self.feed.snapshot_frame())
+        except ConnectionClosed:
+            return  # left right after hello: normal, nothing to clean up
         channel = ClientChannel(conn.send, self.feed.snapshot_frame)
-        await conn.send(await self.feed.snapshot_frame())
         writer = asyncio.get_running_loop().create_task(channel.run())
         self.feed.clients.add(channel)
         self.viewers += 1
         self.rt.events.emit("viewer.connected", {"address": session.address, "role": role})
-        limit = RateLimit(self._rate)
         try:
-            async for frame in conn:
-                if not limit.allow():
-                    channel.send_result(encode(failure(_peek_id(frame), "rate limited: at most "
-                                                       f"{self._rate:g} commands per second")))
-                    if limit.rejected >= MAX_REJECTED:
-                        await conn.close(CLOSE_POLICY, "too many requests")
-                        break
-                    continue
-                channel.send_result(encode(await self._command(frame, session)))
+            await self._serve_commands(conn, channel, session)
         except ConnectionClosed:
             pass
         finally:
@@ -212,6 +209,26 @@ class OpsServer:
             with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
                 await writer
             self.rt.events.emit("viewer.disconnected", {"address": session.address})
+
+    async def _serve_commands(self, conn: ServerConnection, channel: ClientChannel,
+                              session: Session) -> None:
+        limit = RateLimit(self._rate)
+        async for frame in conn:
+            if limit.allow():
+                channel.send_result(encode(await self._command(frame, session)))
+                continue
+            channel.send_result(encode(failure(_peek_id(frame), "rate limited: at most "
+                                               f"{self._rate:g} commands per second")))
+            if limit.rejected >= MAX_REJECTED:
+                await channel.flush()
+                # A flooding client's unread frames would hold a polite close for the
+                # whole close timeout: send the close frame, then cut the connection.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await conn.close(CLOSE_POLICY, "too many requests")
+                conn.transport.abort()
+                return
+            await asyncio.sleep(0)  # let the writer answer before reading on
 
     async def _command(self, frame: str | bytes, session: Session) -> dict[str, Any]:
         try:

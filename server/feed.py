@@ -35,6 +35,8 @@ class ClientChannel:
         self._results: collections.deque[str] = collections.deque()
         self._deltas: collections.deque[str] = collections.deque()
         self._wake = asyncio.Event()
+        self._drained = asyncio.Event()  # set while no result waits to be sent
+        self._drained.set()
         self.resync = False
         self.dropped = 0
         self.sent = 0
@@ -51,7 +53,14 @@ class ClientChannel:
 
     def send_result(self, frame: str) -> None:
         self._results.append(frame)
+        self._drained.clear()
         self._wake.set()
+
+    async def flush(self, timeout_s: float = 2.0) -> None:
+        """Wait (a bounded time) until the queued results have been sent."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._drained.wait()
 
     async def run(self) -> None:
         while True:
@@ -61,12 +70,16 @@ class ClientChannel:
                 if self._results:
                     frame = self._results.popleft()
                 elif self.resync:
+                    # Deltas queued so far are older than the snapshot: drop them.
                     self.resync = False
+                    self.dropped += len(self._deltas)
+                    self._deltas.clear()
                     frame = await self._snapshot()
                 else:
                     frame = self._deltas.popleft()
                 await self._send(frame)
                 self.sent += 1
+            self._drained.set()
 
 
 class Feed:

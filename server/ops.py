@@ -16,6 +16,7 @@ from alarmtop.core.errors import AlarmtopError
 from alarmtop.server.wire import Command, ProtocolError, split_object
 
 DEFAULT_PAGE = 50
+ALARM_STATES = ("pending", "running", "retrying", "dead")
 SNAPSHOT_ROWS = 50
 
 
@@ -109,20 +110,24 @@ class OpsService:
 
     async def _execution_action(self, cmd: Command, session: Session) -> Any:
         ex, eid = self.rt.executions, cmd.args["execution_id"]
-        kw = {"actor": session.address, "role": session.role}
+        reason = cmd.args.get("reason")
+        kw: dict[str, Any] = {"actor": session.address, "role": session.role}
         if cmd.op == "retry_compensation":
-            return await ex.retry_compensation(eid, **kw)
+            return await ex.retry_compensation(eid, reason=reason, **kw)
         if cmd.op == "resolve":
-            return await ex.resolve(eid, cmd.args["note"], **kw)
+            return await ex.resolve(eid, cmd.args["note"], reason=reason, **kw)
         if cmd.op == "abort":
-            return await ex.abort(eid, cmd.args.get("reason") or "", **kw)
-        return await ex.hand_to_human(eid, cmd.args.get("reason") or "", **kw)
+            return await ex.abort(eid, reason or "", **kw)
+        return await ex.hand_to_human(eid, reason or "", **kw)
 
     # -- queries --------------------------------------------------------------------------
 
     async def alarms(self, args: dict[str, Any]) -> Any:
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
         state, contains = args.get("state"), args.get("filter")
+        if state is not None and state not in ALARM_STATES:
+            raise ProtocolError(f"alarms: state is one of {', '.join(ALARM_STATES)}, "
+                                f"not {state!r}")
         rows = await self.rt.alarms(limit, offset, state=state, contains=contains)
         total = await self.rt.backend.alarm_index.count(state, contains)
         return {"rows": [alarm_row(r) for r in rows], "offset": offset, "total": total}
@@ -175,8 +180,7 @@ class OpsService:
                 "faults": len(self.rt.faults.list())}
 
     async def _near_exhaustion(self) -> int:
-        rows = await self.rt.alarms(200, state="retrying")
-        return sum(1 for r in rows if r.near_exhaustion)
+        return await self.rt.near_exhaustion_count()
 
     async def snapshot(self) -> dict[str, Any]:
         """The most urgent page of everything, plus counts: what a new client sees first."""

@@ -81,3 +81,6 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                 with contextlib.suppress(asyncio.CancelledError):
                     await driver
             await server.stop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)

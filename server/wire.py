@@ -126,6 +126,8 @@ def decode(text: str | bytes) -> Hello | Command:
         msg = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise ProtocolError(f"frame nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # e.g. numbers too long to convert
         raise ProtocolError(f"not acceptable JSON: {exc}") from None
     if not isinstance(msg, dict):

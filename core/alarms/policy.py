@@ -216,5 +216,6 @@ def fire_now(rec: AlarmRecord, now_ms: int) -> Transition:
     """Run the next attempt now, keeping the retry count (a dead letter is re-armed instead)."""
     if rec.state is AlarmState.DEAD:
         return rearm(rec, now_ms)
-    moved = replace(rec, next_attempt_ms=now_ms)
+    # Brought forward, not copied: a later scheduled_ms would survive the success.
+    moved = replace(rec, next_attempt_ms=now_ms, scheduled_ms=min(rec.scheduled_ms, now_ms))
     return Transition(moved, (_ann("alarm.fire_now", moved, at_ms=now_ms),))

@@ -238,29 +238,36 @@ class Executions:
     # -- operators ------------------------------------------------------------------------
 
     async def _operate(self, execution_id: str, action: str, text: str | None,
-                       actor: str, role: str | None) -> dict[str, Any]:
+                       actor: str, role: str | None, reason: str | None = None
+                       ) -> dict[str, Any]:
+        """Apply an operator action; audited with its reason (or its text), ok or not."""
         audit = self._rt.audit
+        why = reason if reason is not None else text
+        detail: dict[str, Any] = {} if text is None or text == why else {"note": text}
         try:
+            if action == "resolve" and not text:
+                raise ValidationError("resolve() needs a note saying what was done by hand")
             await self._record(execution_id)
             out: dict[str, Any] = await self._stub(execution_id).operate(action, text, actor)
         except Exception as exc:
-            await audit.record(actor, action, execution_id, text, ok=False, role=role,
-                               detail={"error": str(exc)})
+            await audit.record(actor, action, execution_id, why, ok=False, role=role,
+                               detail={**detail, "error": str(exc)})
             raise
-        await audit.record(actor, action, execution_id, text, ok=True, role=role, detail=out)
+        await audit.record(actor, action, execution_id, why, ok=True, role=role,
+                           detail={**detail, **out})
         return out
 
     async def retry_compensation(self, execution_id: str, *, actor: str = "api",
-                                 role: str | None = None) -> dict[str, Any]:
+                                 role: str | None = None,
+                                 reason: str | None = None) -> dict[str, Any]:
         """Re-run the compensation that failed for good, then carry on rolling back."""
-        return await self._operate(execution_id, "retry_compensation", None, actor, role)
+        return await self._operate(execution_id, "retry_compensation", None, actor, role,
+                                   reason)
 
     async def resolve(self, execution_id: str, note: str, *, actor: str = "api",
-                      role: str | None = None) -> dict[str, Any]:
+                      role: str | None = None, reason: str | None = None) -> dict[str, Any]:
         """Record the failed compensation as done by hand (with `note`) and carry on."""
-        if not note:
-            raise ValidationError("resolve() needs a note saying what was done by hand")
-        return await self._operate(execution_id, "resolve", note, actor, role)
+        return await self._operate(execution_id, "resolve", note, actor, role, reason)
 
     async def abort(self, execution_id: str, reason: str = "", *, actor: str = "api",
                     role: str | None = None) -> dict[str, Any]:

@@ -93,6 +93,10 @@ class AlarmIndex(Protocol):
 
     async def counts(self) -> dict[str, int]: ...
 
+    async def retry_counts(self) -> list[tuple[str, int, int]]:
+        """(class, retry count, how many) over alarms retrying or running a retry."""
+        ...
+
 
 class StorageBackend(Protocol):
     """Opens per-object stores and the shared alarm index."""

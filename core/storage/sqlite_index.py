@@ -264,3 +264,13 @@ class SqliteAlarmIndex:
 
     async def counts(self) -> dict[str, int]:
         return await self._run(self._counts)
+
+    async def retry_counts(self) -> list[tuple[str, int, int]]:
+        """(class, retry count, how many) over alarms retrying or running a retry."""
+        def read(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+            rows = conn.execute(
+                "SELECT object_class, retry_count, count(*) FROM alarms WHERE state IN "
+                "('retrying', 'running') AND retry_count > 0 GROUP BY object_class, "
+                "retry_count").fetchall()
+            return [(c, int(r), int(n)) for c, r, n in rows]
+        return await self.read(read)

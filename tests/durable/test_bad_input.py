@@ -99,8 +99,9 @@ async def test_operator_actions_that_do_not_apply(make_runtime: RuntimeFactory,
         await rt.executions.retry_compensation("w2")
     with pytest.raises(InvalidArgument, match="note"):
         await rt.executions.resolve("w2", note="")
-    audit = await rt.audit.list()
-    assert [(a["action"], a["ok"]) for a in audit] == [("retry_compensation", False)]
+    audit = await rt.audit.list()  # refused actions are audited too, newest first
+    assert [(a["action"], a["ok"]) for a in audit] == [("resolve", False),
+                                                        ("retry_compensation", False)]
     assert (await rt.executions.describe("w2"))["status"] == "suspended"
 
 
