@@ -21,8 +21,16 @@ from alarmtop.server.ops import OpsService, alarm_row
 from alarmtop.server.wire import encode, split_object
 
 MAX_ROWS_PER_DELTA = 200
+DELTA_ATTEMPTS = 2  # a delta carries the latest attempts; the `alarm` query has them all
 MAX_EVENTS_PER_DELTA = 100
 CLIENT_QUEUE = 32
+
+
+def delta_row(status: Any) -> dict[str, Any]:
+    row = alarm_row(status)
+    row["attempts_total"] = len(row["attempts"])
+    row["attempts"] = row["attempts"][-DELTA_ATTEMPTS:]
+    return row
 
 
 class ClientChannel:
@@ -121,7 +129,6 @@ class Feed:
             await asyncio.sleep(max(0.0, self.tick_s - (time.monotonic() - started)))
 
     async def build_delta(self, events: list[Event]) -> dict[str, Any]:
-        self.seq += 1
         objects: dict[str, None] = {}
         executions: dict[str, None] = {}
         fires = failures = 0
@@ -140,7 +147,7 @@ class Feed:
                 status = await self.ops.rt.alarm(cls, name)
             except Exception:  # the class may have gone; the row is simply left out
                 continue
-            alarms.append(alarm_row(status) if status is not None
+            alarms.append(delta_row(status) if status is not None
                           else {"object": ref, "state": "none"})
         rows = []
         for eid in list(executions)[:MAX_ROWS_PER_DELTA]:
@@ -150,8 +157,11 @@ class Feed:
                              "status": rec.status.value, "blocked_on": rec.blocked_on,
                              "updated_ms": rec.updated_ms, "saga": rec.saga})
         tail = events[-MAX_EVENTS_PER_DELTA:]
+        counts = await self.ops.counts()
+        # Numbered only once built: a snapshot taken meanwhile must not carry this number.
+        self.seq += 1
         return {"type": "delta", "seq": self.seq, "at_ms": self.ops.rt.clock.now_ms(),
-                "counts": await self.ops.counts(), "alarms": alarms,
+                "counts": counts, "alarms": alarms,
                 "alarms_changed": len(objects), "executions": rows,
                 "executions_changed": len(executions),
                 "events": [e.to_dict() for e in tail], "events_total": len(events),

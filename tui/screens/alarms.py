@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -50,6 +51,7 @@ class AlarmsScreen(ActionsMixin):
         self.page_offset = 0
         self.total = 0
         self.rows: dict[str, dict[str, Any]] = {}
+        self.detail: dict[str, Any] | None = None  # the selected alarm, all attempts
         self.sorting = Sorting()
 
     def body(self) -> ComposeResult:
@@ -79,9 +81,7 @@ class AlarmsScreen(ActionsMixin):
         end = min(self.page_offset + PAGE, self.total)
         table.border_subtitle = (f"{self.page_offset + 1 if self.total else 0}-{end} of "
                                  f"{self.total:,}  (/ filter)")
-        chosen = selected_key(table)
-        self.query_one("#attempts", Static).update(
-            attempts_text(self.rows.get(chosen) if chosen else None, state.now_ms))
+        self._show_attempts()
 
     def selected_object(self) -> str | None:
         return selected_key(self.query_one("#alarm-page", DataTable))
@@ -95,10 +95,29 @@ class AlarmsScreen(ActionsMixin):
         self.redraw()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        ref = self.selected_object()
-        self.query_one("#attempts", Static).update(
-            attempts_text(self.rows.get(ref) if ref else None, self.console.state.now_ms))
+        self._show_attempts()
         self.refresh_bindings()
+
+    def _show_attempts(self) -> None:
+        """The selected alarm with every attempt: deltas carry only the latest ones, so
+        the full record is fetched when the row shown is missing some."""
+        ref = self.selected_object()
+        row = self.rows.get(ref) if ref else None
+        if row is not None:
+            total = row.get("attempts_total", len(row.get("attempts") or []))
+            full = self.detail if self.detail and self.detail.get("object") == ref else None
+            if full is not None and len(full.get("attempts") or []) >= total:
+                row = {**row, "attempts": full["attempts"]}
+            elif len(row.get("attempts") or []) < total:
+                self.load_detail(ref)
+        self.query_one("#attempts", Static).update(
+            attempts_text(row, self.console.state.now_ms))
+
+    @work(exclusive=True, group="attempts")
+    async def load_detail(self, ref: str) -> None:
+        self.detail = await self.console.fetch("alarm", object=ref)
+        if self.detail is not None:
+            self.redraw()
 
     async def action_page(self, step: int) -> None:
         start = max(0, self.page_offset + step * PAGE)
