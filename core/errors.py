@@ -17,7 +17,13 @@
      ├── RuntimeNotRunning                       used before start() or after stop()
      ├── ReentrantCall                           an object called itself through a stub
      ├── StorageError                            a database could not be opened or written
-     │    └── SqlError                           an object's SQL statement failed
+     │    ├── SqlError                           an object's SQL statement failed
+     │    ├── CorruptDatabase                    a database file is damaged (quarantined, or
+     │    │                                      start() refused to run over it)
+     │    ├── ObjectQuarantined                  an object's database is in quarantine; the
+     │    │                                      object refuses events until an operator acts
+     │    └── DiskFull                           no space left: the event failed, none of its
+     │                                           writes were kept, earlier ones are intact
      └── AlarmHandlerTimeout (raised into the attempt record, never to callers)
 
 Every error carries the fields it is about (object class and name, alarm, step)
@@ -135,6 +141,39 @@ class StorageError(AlarmtopError):
 
 class SqlError(StorageError):
     """An object's SQL statement failed (syntax, constraint, missing table...)."""
+
+
+class CorruptDatabase(StorageError):
+    """A database file is damaged: SQLite reports it malformed, it is not a database, or
+    it is empty where data must be.
+
+    `quarantined_to` is where the damaged file was moved (None when nothing was moved,
+    e.g. when `start()` refuses to run over a damaged runtime database)."""
+
+    def __init__(self, message: str, path: str | None = None,
+                 quarantined_to: str | None = None) -> None:
+        super().__init__(message, path)
+        self.quarantined_to = quarantined_to
+
+
+class ObjectQuarantined(StorageError):
+    """The object's database was moved to quarantine; rather than start it empty, the
+    object refuses events until an operator restores a good copy or drops the note."""
+
+    def __init__(self, class_name: str, object_name: str, path: str, notes: list[str]) -> None:
+        super().__init__(
+            f"{class_name}/{object_name} refuses events: its database was quarantined "
+            f"({', '.join(notes)}). Restore a good copy to {path} to bring the object back "
+            f"with its data, or delete the quarantine note to let it start empty", path)
+        self.class_name = class_name
+        self.object_name = object_name
+        self.notes = notes
+
+
+class DiskFull(StorageError):
+    """The disk (or the file system's quota) is full. The event that hit it failed and
+    none of its writes were kept; everything committed before is intact. Free space and
+    the next event succeeds."""
 
 
 class AlarmHandlerTimeout(AlarmtopError):

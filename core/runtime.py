@@ -158,9 +158,11 @@ class Runtime:
                                   "already registered; give the new code a new version")
         versions[fn.version] = fn
         if EXECUTION_CLASS not in self._classes:
-            # A crashed invocation is retried by the execution's alarm, 1 s later, doubling.
+            # A crashed invocation is retried by the execution's alarm, 1 s later, doubling
+            # up to a minute; a long ladder, since each retry usually gets further.
             self.register(make_execution_class(engine),
-                          retry_policy=RetryPolicy(max_retries=8, initial_delay_s=1.0))
+                          retry_policy=RetryPolicy(max_retries=20, initial_delay_s=1.0,
+                                                   max_delay_s=60.0))
         return fn
 
     def policy_for(self, class_name: str) -> RetryPolicy:
@@ -178,6 +180,8 @@ class Runtime:
         await self.backend.open()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire)
+        if self.executions.engine.handlers:
+            await self.executions.engine.recover()
         self.host.start()
         self._cron.start()
 
@@ -248,7 +252,11 @@ class Runtime:
         r_ctx = storage
         if r_ctx is None:
             return
-        await r_ctx._commit()
+        try:
+            await r_ctx._commit()
+        except BaseException:
+            r_ctx._forget_alarm()  # the event failed: its alarm change goes with its writes
+            raise
         dirty, at_ms = r_ctx._take_alarm_change()
         if dirty:
             await self.scheduler.set_from_object(key, at_ms)

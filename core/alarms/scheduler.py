@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from alarmtop.core.alarms import policy as P
@@ -161,8 +162,12 @@ class AlarmScheduler:
         assert self._fire is not None
         try:
             await self._fire(rec)
-        except Exception:  # the fire path records its own failures; this is a bug guard
+        except Exception:
+            # The attempt could not even be recorded (e.g. the disk is full): the alarm
+            # is still due; try again a second later rather than drop it until restart.
             logging.getLogger("alarmtop.runtime").exception("alarm dispatch failed")
+            if self.still_current(rec):
+                self.window.put(replace(rec, next_attempt_ms=self._clock.now_ms() + 1000))
         finally:
             task = asyncio.current_task()
             if task is not None:

@@ -102,6 +102,28 @@ class ExecutionEngine:
             "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
             "name": ev.get("Name"), "sub_type": ev.get("SubType")})
 
+    async def recover(self) -> int:
+        """Give every unfinished execution that asked for an invocation an alarm.
+
+        An execution commits its log before its alarm; a process killed between the two
+        would leave it waiting for nothing. Returns how many were re-armed."""
+        from alarmtop.core.alarms import policy
+        sched, now, armed = self.runtime.scheduler, self.runtime.clock.now_ms(), 0
+        for status in ("running", "suspended", "needs_human"):
+            offset = 0
+            while True:
+                page = await self.store.list(status, 1000, offset)
+                for rec in page:
+                    key = (EXECUTION_CLASS, rec.id)
+                    wants = rec.invoke_requested or rec.in_invocation
+                    if wants and not rec.human_hold and await sched.lookup(key) is None:
+                        await sched.commit(key, policy.set_alarm(key, now))
+                        armed += 1
+                if len(page) < 1000:
+                    break
+                offset += 1000
+        return armed
+
     async def start_child(self, function_name: str, input_text: str, child_id: str,
                           parent: str) -> str:
         """Start (or find, on replay after a crash) the execution an invoke waits for."""

@@ -15,13 +15,13 @@ from types import TracebackType
 from typing import Any
 
 from alarmtop.core.clock import Clock, Wakeup
-from alarmtop.core.errors import ReentrantCall
+from alarmtop.core.errors import ReentrantCall, StorageError
 from alarmtop.core.events import EventBus
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
 from alarmtop.core.objects.storage_api import AlarmAccess, Storage
 from alarmtop.core.sockets import SocketRegistry
-from alarmtop.core.storage.interface import StorageBackend
+from alarmtop.core.storage.interface import ObjectStore, StorageBackend
 
 ObjectKey = tuple[str, str]
 
@@ -132,7 +132,7 @@ class ObjectHost:
             return r.instance
         cls_name, name = r.key
         cls = self._classes[cls_name]
-        storage = r.storage or Storage(r.key, lambda: self._backend.open_object(cls_name, name),
+        storage = r.storage or Storage(r.key, lambda: self._open_store(cls_name, name),
                                        self._alarms, self._preserve_alarm)
         ctx = ObjectContext(cls_name, name, storage, self._clock, self.sockets)
         r.storage, r.ctx = storage, ctx
@@ -144,6 +144,17 @@ class ObjectHost:
         if self._live > self._max_resident or self._deadline is None:
             self._wakeup.poke()
         return instance
+
+    async def _open_store(self, cls_name: str, name: str) -> ObjectStore:
+        """Open the object's database; a damaged or quarantined one is announced."""
+        try:
+            return await self._backend.open_object(cls_name, name)
+        except StorageError as exc:
+            moved = getattr(exc, "quarantined_to", None)
+            self._events.emit("storage.quarantined" if moved else "storage.failed", {
+                "object": f"{cls_name}/{name}", "file": exc.path, "quarantined_to": moved,
+                "error": str(exc)})
+            raise
 
     async def finish_event(self, r: Resident) -> None:
         """The output gate: make the event's writes durable before its output leaves."""

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
-from alarmtop.core.errors import StorageError
+from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
@@ -29,6 +30,24 @@ _UPSERT = f"INSERT OR REPLACE INTO alarms ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?
 _URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
             "ELSE 3 END")
 MAX_BATCH = 20_000
+SALVAGE_TABLES = ("alarms", "executions", "operations", "history", "ledger", "audit")
+
+_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 11, 13, 26
+
+
+def sqlite_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of an error (None when it carries none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """The file is damaged or is not a database at all."""
+    return sqlite_code(exc) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return sqlite_code(exc) == _SQLITE_FULL
 
 
 def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
@@ -46,8 +65,9 @@ def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
 class SqliteAlarmIndex:
     """`AlarmIndex` on one SQLite file in WAL mode with synchronous=FULL."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, check: bool = True) -> None:
         self.path = path
+        self.check = check  # quick_check the file when opening it
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
         self._conn: sqlite3.Connection | None = None
         self._queue: list[_Entry] = []
@@ -55,9 +75,26 @@ class SqliteAlarmIndex:
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, *args)
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except sqlite3.Error as exc:
+            raise self._error(doing, exc) from exc
+
+    def _error(self, doing: str, exc: BaseException) -> StorageError:
+        """An alarmtop error naming the file, for a SQLite error met while `doing`."""
+        if is_corruption(exc):
+            return CorruptDatabase(
+                f"the runtime database is damaged ({exc}) while {doing} it. alarmtop will not "
+                "run over it: the alarms and execution logs in it would be lost. Stop the "
+                "runtime and restore runtime.sqlite (with its -wal file) from a backup; or "
+                "start with SqliteBackend(data_dir, on_corrupt_index='quarantine') to move it "
+                "to <data>/quarantine/, salvage what is readable and carry on", str(self.path))
+        if is_disk_full(exc):
+            return DiskFull(f"the disk is full: {doing} the runtime database failed and "
+                            "nothing of that write was kept; free space", str(self.path))
+        return StorageError(f"{doing} the runtime database failed: {exc}", str(self.path))
 
     def _connect(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -65,12 +102,67 @@ class SqliteAlarmIndex:
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
+            if self.check:
+                verdict = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+                if verdict != ["ok"]:
+                    raise CorruptDatabase(
+                        f"the runtime database fails SQLite's quick_check "
+                        f"({'; '.join(map(str, verdict[:3]))}). alarmtop will not run over it. "
+                        "Restore runtime.sqlite from a backup, or start with "
+                        "SqliteBackend(data_dir, on_corrupt_index='quarantine') to move it "
+                        "aside, salvage what is readable and carry on", str(self.path))
             migrate(conn, RUNTIME_MIGRATIONS)
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, StorageError) as exc:
             if conn is not None:
                 conn.close()
+            if isinstance(exc, StorageError):
+                raise
+            if is_corruption(exc) or is_disk_full(exc):
+                raise self._error("opening", exc) from exc
             raise StorageError(f"cannot open the runtime database: {exc}", str(self.path)) from exc
         self._conn = conn
+
+    def _salvage(self, source: Path) -> dict[str, Any]:
+        """Copy every row that can still be read from `source` (a quarantined copy)."""
+        out: dict[str, Any] = {}
+        try:
+            old = sqlite3.connect(f"file:{quote(str(source))}?mode=ro", uri=True)
+        except sqlite3.Error as exc:
+            return {"error": f"unreadable: {exc}"}
+        conn = self.conn
+        try:
+            for table in SALVAGE_TABLES:
+                rows: list[tuple[Any, ...]] = []
+                try:
+                    cur = old.execute(f"SELECT * FROM {table}")
+                    columns = [d[0] for d in cur.description]
+                    for row in cur:  # keep what was read before a damaged page
+                        rows.append(tuple(row))
+                except sqlite3.Error as exc:
+                    out[f"{table}_error"] = str(exc)
+                    if not rows:
+                        out[table] = 0
+                        continue
+                marks = ",".join("?" * len(columns))
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) "
+                                     f"VALUES ({marks})", rows)
+                    conn.execute("COMMIT")
+                except sqlite3.Error as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    out[f"{table}_error"] = str(exc)
+                    rows = []
+                out[table] = len(rows)
+        finally:
+            old.close()
+        return out
+
+    async def salvage_from(self, source: Path) -> dict[str, Any]:
+        """Salvage the readable rows of a quarantined runtime database into this one
+        (before the runtime starts using it); returns rows kept per table."""
+        return await self._run(self._salvage, source, doing="salvaging into")
 
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +255,7 @@ class SqliteAlarmIndex:
                 final[rec.key] = rec
             if extra is not None:
                 extras.append(extra)
-        await self._run(self._apply, final, extras)
+        await self._run(self._apply, final, extras, doing="writing")
 
     @staticmethod
     def _done(batch: list[_Entry]) -> None:
@@ -172,7 +264,7 @@ class SqliteAlarmIndex:
                 fut.set_result(None)
 
     def _fail(self, batch: list[_Entry], exc: BaseException) -> None:
-        err = StorageError(f"runtime database write failed: {exc}", str(self.path))
+        err = exc if isinstance(exc, StorageError) else self._error("writing", exc)
         for *_, fut in batch:
             if not fut.done():
                 fut.set_exception(err)
@@ -193,7 +285,10 @@ class SqliteAlarmIndex:
                 fn(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            # A failed COMMIT (disk full) may already have rolled back: a second
+            # ROLLBACK would replace the real error with "no transaction is active".
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[AlarmRecord]:

@@ -3,24 +3,62 @@
 Each object gets its own file, opened only when the object first touches its
 storage and closed when it hibernates, so a sleeping object holds no file or
 thread. Files are WAL with synchronous=FULL: a commit is on disk when it returns.
+
+Damage is never papered over. A new object's file is created under a temporary
+name and renamed into place once initialised, so a file that is empty, not a
+database, or fails SQLite's quick check is damaged, never "new". A damaged file
+is moved to `<data>/quarantine/` (with a JSON note and a log record) and the
+object refuses events (`ObjectQuarantined`) until an operator restores a good
+copy or deletes the note; every other object keeps working. A full disk fails
+the event that hit it (`DiskFull`), undoing that event's writes only.
+
+`runtime.sqlite` (alarms and execution logs) is checked at start: when it is
+damaged, or missing while the folder holds alarmtop data, `start()` refuses with
+`CorruptDatabase` unless the backend was built with `on_corrupt_index="quarantine"`
+(move it aside, salvage the readable rows into a fresh one, carry on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import glob
 import hashlib
+import json
+import logging
 import os
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 import aiosqlite
 
-from alarmtop.core.errors import SqlError, StorageError
+from alarmtop.core.errors import (
+    CorruptDatabase,
+    DiskFull,
+    InvalidArgument,
+    ObjectQuarantined,
+    SqlError,
+    StorageError,
+)
+from alarmtop.core.logs import log_event
 from alarmtop.core.storage.interface import ExecResult
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite_index import (
+    SqliteAlarmIndex,
+    is_corruption,
+    is_disk_full,
+    sqlite_code,
+)
+
+STORAGE_LOG = logging.getLogger("alarmtop.storage")
+_SQLITE_IOERR = 10
+MARKER = ".alarmtop"  # in the data folder: "this folder holds alarmtop data"
+CORRUPT_INDEX_MODES = ("fail", "quarantine")
 
 _KV_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_kv "
              "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
@@ -38,33 +76,230 @@ def object_file_name(object_name: str) -> str:
     return encoded + ".sqlite"
 
 
+def _wall_ms() -> int:
+    # Quarantine file names are read by people next to `ls -l` and the logs, so they
+    # carry wall-clock time unless the runtime passes its own clock.
+    return time.time_ns() // 1_000_000
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Quarantine:
+    """`<data>/quarantine/`: damaged databases moved aside, each with a JSON note.
+
+    `records` lists what this process quarantined; `listeners` are called with each
+    record (the runtime can turn them into events)."""
+
+    def __init__(self, data_dir: Path, now_ms: Callable[[], int] = _wall_ms) -> None:
+        self.data_dir = data_dir
+        self.root = data_dir / "quarantine"
+        self._now_ms = now_ms
+        self.records: list[dict[str, Any]] = []
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+
+    def _place(self, path: Path) -> Path:
+        try:
+            rel = path.relative_to(self.data_dir)
+        except ValueError:
+            rel = Path(path.name)
+        return self.root / rel
+
+    def move(self, path: Path, reason: str, what: str) -> Path:
+        """Move `path` (and its -wal/-shm files) into quarantine; returns the new path."""
+        now = self._now_ms()
+        stamp = datetime.fromtimestamp(now / 1000, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+        base = self._place(path)
+        dest, n = base.with_name(f"{base.name}.{stamp}"), 1
+        while dest.exists() or Path(f"{dest}.json").exists():
+            dest, n = base.with_name(f"{base.name}.{stamp}-{n}"), n + 1
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{path}{suffix}")
+            if src.exists():
+                os.replace(src, f"{dest}{suffix}")
+        info = {"event": "storage.quarantined", "what": what, "file": str(path),
+                "quarantined_to": str(dest), "reason": reason, "at_ms": now}
+        note = Path(f"{dest}.json")
+        with note.open("w") as f:
+            json.dump(info, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(dest.parent)
+        _fsync_dir(path.parent)
+        self.records.append(info)
+        log_event(STORAGE_LOG, logging.ERROR, f"damaged database {path} moved to {dest}: {reason}",
+                  **info)
+        for listener in list(self.listeners):
+            try:
+                listener(info)
+            except Exception:  # a broken listener must not hide the quarantine
+                STORAGE_LOG.exception("quarantine listener failed")
+        return dest
+
+    def notes_for(self, path: Path) -> list[Path]:
+        """The quarantine notes left for the database that lived at `path`."""
+        place = self._place(path)
+        if not place.parent.is_dir():
+            return []
+        return sorted(place.parent.glob(glob.escape(place.name) + ".*.json"))
+
+
+class _Damaged(Exception):
+    """A file found damaged by our own checks (empty, failed quick_check)."""
+
+
+def _create_database(path: Path) -> None:
+    """Create an object's database under a temporary name, then rename it into place:
+    a file at the object's path is always an initialised database."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".new")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+    conn = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(_KV_TABLE)
+    finally:
+        conn.close()
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _prepare(path: Path, quarantine: Quarantine, key: tuple[str, str]) -> bool:
+    """Create a new object's file (True), refuse a quarantined one, catch an empty one."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        notes = quarantine.notes_for(path)
+        if notes:
+            raise ObjectQuarantined(key[0], key[1], str(path), [str(n) for n in notes]) from None
+        _create_database(path)
+        return True
+    if size == 0:
+        raise _Damaged("the file is empty (truncated to zero bytes)")
+    return False
+
+
+async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
+    if conn is not None:
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+
 class SqliteObjectStore:
     """`ObjectStore` for one object's file."""
 
-    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+    def __init__(self, path: Path, conn: aiosqlite.Connection, quarantine: Quarantine,
+                 key: tuple[str, str]) -> None:
         self.path = str(path)
         self._conn = conn
+        self._quarantine = quarantine
+        self._key = key
+        self._broken: StorageError | None = None  # quarantined: nothing works any more
+        self._failed: StorageError | None = None  # this event hit a full disk or I/O error
+
+    @property
+    def _label(self) -> str:
+        return f"{self._key[0]}/{self._key[1]}"
 
     @classmethod
-    async def open(cls, path: Path) -> SqliteObjectStore:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    async def open(cls, path: Path, quarantine: Quarantine | None = None, *,
+                   key: tuple[str, str] = ("?", "?"), check: bool = True) -> SqliteObjectStore:
+        """Open (or create) the database at `path`; a damaged one goes to quarantine."""
+        quarantine = quarantine or Quarantine(path.parent)
+        conn: aiosqlite.Connection | None = None
         try:
+            created = await asyncio.to_thread(_prepare, path, quarantine, key)
             conn = await aiosqlite.connect(path, isolation_level=None)
             conn.row_factory = sqlite3.Row
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
+            if check and not created:
+                rows = await conn.execute_fetchall("PRAGMA quick_check")
+                verdict = [r[0] for r in rows]
+                if verdict != ["ok"]:
+                    raise _Damaged(f"quick_check: {'; '.join(map(str, verdict[:3]))}")
             await conn.execute(_KV_TABLE)
-        except sqlite3.DatabaseError as exc:
-            raise StorageError(f"cannot open object database: {exc}", str(path)) from exc
-        return cls(path, conn)
+        except (_Damaged, sqlite3.DatabaseError) as exc:
+            await _close_quietly(conn)
+            if isinstance(exc, sqlite3.DatabaseError) and not is_corruption(exc):
+                if is_disk_full(exc):
+                    raise DiskFull(f"cannot open the database of {key[0]}/{key[1]}: the disk "
+                                   "is full", str(path)) from exc
+                raise StorageError(f"cannot open object database: {exc}", str(path)) from exc
+            reason = str(exc)
+            dest = await asyncio.to_thread(quarantine.move, path, reason,
+                                           f"object {key[0]}/{key[1]}")
+            raise CorruptDatabase(
+                f"the database of {key[0]}/{key[1]} is damaged ({reason}); it was moved to "
+                f"{dest}. The object refuses events until a good copy is restored to {path} "
+                f"(or the note {dest}.json is deleted to let it start empty); other objects "
+                "are not affected", str(path), str(dest)) from exc
+        except OSError as exc:
+            await _close_quietly(conn)
+            kind = DiskFull if exc.errno == errno.ENOSPC else StorageError
+            raise kind(f"cannot open object database: {exc}", str(path)) from exc
+        return cls(path, conn, quarantine, key)
+
+    # -- errors ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _guard(self, doing: str, sql: str | None = None) -> AsyncIterator[None]:
+        """Turn SQLite errors into alarmtop's: damage quarantines, a full disk fails the
+        event (its writes undone), the rest are SQL or storage errors naming the file."""
+        if self._broken is not None:
+            raise self._broken
+        if self._failed is not None:
+            raise self._failed
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise await self._classify(exc, doing, sql) from exc
+
+    async def _classify(self, exc: sqlite3.Error, doing: str, sql: str | None) -> StorageError:
+        if is_corruption(exc):
+            await _close_quietly(self._conn)
+            dest = await asyncio.to_thread(self._quarantine.move, Path(self.path),
+                                           f"{doing}: {exc}", f"object {self._label}")
+            self._broken = CorruptDatabase(
+                f"the database of {self._label} is damaged ({exc}, while {doing}); it was moved "
+                f"to {dest}. The object refuses events until a good copy is restored to "
+                f"{self.path}", self.path, str(dest))
+            return self._broken
+        if is_disk_full(exc) or sqlite_code(exc) == _SQLITE_IOERR:
+            await self._rollback_quietly()
+            cause = "the disk is full" if is_disk_full(exc) else f"I/O error ({exc})"
+            message = (f"{cause}: {doing} for {self._label} failed; this event's writes were "
+                       "undone and the event fails (earlier events are intact)")
+            self._failed = (DiskFull if is_disk_full(exc) else StorageError)(message, self.path)
+            return self._failed
+        if sql is not None:
+            return SqlError(f"{exc} (in: {sql[:200]})", self.path)
+        return StorageError(f"{doing} failed: {exc}", self.path)
+
+    async def _rollback_quietly(self) -> None:
+        if self._conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                await self._conn.execute("ROLLBACK")
+
+    # -- the ObjectStore protocol ---------------------------------------------------------
 
     async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
-        before = self._conn.total_changes
-        try:
+        async with self._guard("a SQL statement", sql):
+            before = self._conn.total_changes
             cursor = await self._conn.execute(sql, tuple(params))
             rows = await cursor.fetchall()
-        except sqlite3.Error as exc:
-            raise SqlError(f"{exc} (in: {sql[:200]})", self.path) from exc
         changed = self._conn.total_changes - before
         dict_rows = [dict(r) for r in rows]
         # The description names the columns even when no row came back.
@@ -73,18 +308,21 @@ class SqliteObjectStore:
 
     async def kv_get(self, keys: Sequence[str]) -> dict[str, str]:
         marks = ",".join("?" * len(keys))
-        rows = await self._conn.execute_fetchall(
-            f"SELECT key, value FROM _alarmtop_kv WHERE key IN ({marks})", tuple(keys))
+        async with self._guard("reading keys"):
+            rows = await self._conn.execute_fetchall(
+                f"SELECT key, value FROM _alarmtop_kv WHERE key IN ({marks})", tuple(keys))
         return {r[0]: r[1] for r in rows}
 
     async def kv_put(self, items: Sequence[tuple[str, str]]) -> None:
-        await self._conn.executemany(
-            "INSERT OR REPLACE INTO _alarmtop_kv (key, value) VALUES (?, ?)", items)
+        async with self._guard("writing keys"):
+            await self._conn.executemany(
+                "INSERT OR REPLACE INTO _alarmtop_kv (key, value) VALUES (?, ?)", items)
 
     async def kv_delete(self, keys: Sequence[str]) -> int:
-        before = self._conn.total_changes
-        await self._conn.executemany("DELETE FROM _alarmtop_kv WHERE key = ?",
-                                     [(k,) for k in keys])
+        async with self._guard("deleting keys"):
+            before = self._conn.total_changes
+            await self._conn.executemany("DELETE FROM _alarmtop_kv WHERE key = ?",
+                                         [(k,) for k in keys])
         return self._conn.total_changes - before
 
     async def kv_list(self, prefix: str, limit: int | None) -> list[tuple[str, str]]:
@@ -98,48 +336,81 @@ class SqliteObjectStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        rows = await self._conn.execute_fetchall(sql, params)
+        async with self._guard("listing keys"):
+            rows = await self._conn.execute_fetchall(sql, params)
         return [(r[0], r[1]) for r in rows]
 
     async def begin(self) -> None:
-        if not self._conn.in_transaction:
-            await self._conn.execute("BEGIN")
+        async with self._guard("beginning a transaction"):
+            if not self._conn.in_transaction:
+                await self._conn.execute("BEGIN")
 
     async def savepoint(self, name: str) -> None:
-        await self._conn.execute(f"SAVEPOINT {name}")
+        async with self._guard("opening a transaction()"):
+            await self._conn.execute(f"SAVEPOINT {name}")
 
     async def release(self, name: str) -> None:
-        await self._conn.execute(f"RELEASE {name}")
+        async with self._guard("ending a transaction()"):
+            await self._conn.execute(f"RELEASE {name}")
 
     async def rollback_to(self, name: str) -> None:
-        await self._conn.execute(f"ROLLBACK TO {name}")
-        await self._conn.execute(f"RELEASE {name}")
+        if self._broken is not None or self._failed is not None or not self._conn.in_transaction:
+            return  # the event already failed and its writes were undone
+        async with self._guard("undoing a transaction()"):
+            await self._conn.execute(f"ROLLBACK TO {name}")
+            await self._conn.execute(f"RELEASE {name}")
 
     async def commit(self) -> None:
-        if self._conn.in_transaction:
-            try:
-                await self._conn.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
-                raise StorageError(f"commit failed: {exc}", self.path) from exc
+        """End the event: make its writes durable, or report why they were not kept
+        (the next event starts clean either way)."""
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            await self._rollback_quietly()
+            raise failed
+        try:
+            async with self._guard("committing"):
+                if self._conn.in_transaction:
+                    await self._conn.execute("COMMIT")
+        finally:
+            self._failed = None
 
     async def destroy(self) -> None:
-        rows = await self._conn.execute_fetchall(
-            "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') "
-            "AND name NOT LIKE 'sqlite_%'")
-        for kind, name in rows:
-            await self._conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
-        await self._conn.execute(_KV_TABLE)
+        async with self._guard("deleting all data"):
+            rows = await self._conn.execute_fetchall(
+                "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') "
+                "AND name NOT LIKE 'sqlite_%'")
+            for kind, name in rows:
+                await self._conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
+            await self._conn.execute(_KV_TABLE)
 
     async def close(self) -> None:
-        await self._conn.close()
+        if self._broken is None:
+            await self._conn.close()
 
 
 class SqliteBackend:
     """The embedded default: `runtime.sqlite` for the alarm index, a file per object."""
 
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self._index = SqliteAlarmIndex(data_dir / "runtime.sqlite")
+    def __init__(self, data_dir: Path, *, on_corrupt_index: str = "fail",
+                 check_on_open: bool = True, now_ms: Callable[[], int] | None = None) -> None:
+        """`on_corrupt_index`: what `open()` does when runtime.sqlite is damaged, or missing
+        while the folder holds alarmtop data: "fail" (the default) raises
+        `CorruptDatabase` and changes nothing; "quarantine" moves it to
+        `<data>/quarantine/`, salvages the readable rows into a fresh one and carries
+        on (an explicit operator decision: what could not be read is lost).
+
+        `check_on_open` runs SQLite's quick_check on every database it opens, so damage
+        is found before the object reads half its data. `now_ms` stamps quarantined
+        files (the wall clock by default)."""
+        if on_corrupt_index not in CORRUPT_INDEX_MODES:
+            raise InvalidArgument(f"on_corrupt_index is one of {CORRUPT_INDEX_MODES}, not "
+                                  f"{on_corrupt_index!r}")
+        self.data_dir = Path(data_dir)
+        self.on_corrupt_index = on_corrupt_index
+        self.check_on_open = check_on_open
+        self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
+        self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open)
+        self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
 
     @property
     def alarm_index(self) -> SqliteAlarmIndex:
@@ -147,7 +418,65 @@ class SqliteBackend:
 
     async def open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        await self._index.open()
+        quarantined: Path | None = None
+        try:
+            await asyncio.to_thread(self._check_index_file)
+            await self._index.open()
+        except CorruptDatabase as exc:
+            if self.on_corrupt_index != "quarantine":
+                raise
+            log_event(STORAGE_LOG, logging.ERROR, "runtime database damaged; quarantining it "
+                      "as the operator asked (on_corrupt_index='quarantine')",
+                      event="storage.index_damaged", file=str(self._index.path), error=str(exc))
+            if self._index.path.exists():
+                quarantined = await asyncio.to_thread(
+                    self.quarantine.move, self._index.path, str(exc), "runtime database")
+            await self._index.open()
+        if quarantined is not None:
+            self.salvaged = await self._index.salvage_from(quarantined)
+            log_event(STORAGE_LOG, logging.WARNING, "rows salvaged from the quarantined runtime "
+                      "database", event="storage.salvaged", source=str(quarantined),
+                      **self.salvaged)
+        await asyncio.to_thread(self._write_marker)
+
+    def _has_data(self) -> str | None:
+        """Why the folder is known to hold alarmtop data (None: it is new)."""
+        if (self.data_dir / MARKER).exists():
+            return f"the marker {self.data_dir / MARKER} is there"
+        root = self.data_dir / "objects"
+        if root.is_dir():
+            for cls_dir in root.iterdir():
+                if cls_dir.is_dir() and any(p.name.endswith(".sqlite")
+                                            for p in cls_dir.iterdir()):
+                    return f"object databases exist under {root}"
+        return None
+
+    def _check_index_file(self) -> None:
+        """Never start empty over existing data: runtime.sqlite must be there and not empty
+        once the folder holds alarmtop data."""
+        path = self._index.path
+        size = path.stat().st_size if path.exists() else None
+        if size:
+            return
+        why = self._has_data()
+        if why is None:
+            return
+        state = "missing" if size is None else "empty (zero bytes)"
+        raise CorruptDatabase(
+            f"the runtime database {path} is {state}, but {self.data_dir} holds alarmtop data "
+            f"({why}). Starting would silently lose every alarm and execution log. Restore "
+            f"runtime.sqlite (with its -wal file, if any) from a backup; or, to start with an "
+            f"empty alarm index and keep the object databases, open the runtime with "
+            f"SqliteBackend(data_dir, on_corrupt_index='quarantine')", str(path))
+
+    def _write_marker(self) -> None:
+        marker = self.data_dir / MARKER
+        if marker.exists():
+            return
+        tmp = marker.with_name(MARKER + ".new")
+        tmp.write_text(json.dumps({"alarmtop": "data folder", "format": 1}) + "\n")
+        os.replace(tmp, marker)
+        _fsync_dir(self.data_dir)
 
     async def close(self) -> None:
         await self._index.close()
@@ -156,7 +485,9 @@ class SqliteBackend:
         return self.data_dir / "objects" / object_class / object_file_name(object_name)
 
     async def open_object(self, object_class: str, object_name: str) -> SqliteObjectStore:
-        return await SqliteObjectStore.open(self.object_path(object_class, object_name))
+        return await SqliteObjectStore.open(self.object_path(object_class, object_name),
+                                            self.quarantine, key=(object_class, object_name),
+                                            check=self.check_on_open)
 
     async def count_objects(self) -> int:
         return await asyncio.to_thread(self._count_objects)

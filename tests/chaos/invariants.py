@@ -1,0 +1,513 @@
+"""The invariants of a chaos run, checked from the workload's own record.
+
+`check(record, state, seed)` compares what the workload wrote down (every call it
+made and whether it was acknowledged, every handler and step body that ran, every
+delivery) with the final state the settle phase read back from the runtime, and
+returns a `Report` listing each violation in words.
+
+A call with an intent but no ack has an unknown outcome: it may have happened or
+not. For each thing the checker therefore asks which *candidate* last operations
+are possible (the last acknowledged one, or any unacknowledged one after it) and
+accepts the final state when one candidate explains it.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.chaos.workload import (
+    ALARM_RETRIES,
+    CHAOS_FAULT,
+    COMPENSATION_ATTEMPTS,
+    CRASH_ERROR,
+    FESTIVAL,
+    HOTEL_ATTEMPTS,
+    SETTLE_HORIZON_MS,
+    TRIP,
+    alarm_failures,
+    festival_plan,
+    hotel_failures,
+)
+
+
+@dataclass
+class Op:
+    """One recorded call: its intent line, and its ack when it was acknowledged."""
+
+    id: str
+    obj: str
+    what: str
+    args: dict[str, Any]
+    pos: int
+    ack_pos: int | None = None
+    result: Any = None
+
+    @property
+    def acked(self) -> bool:
+        return self.ack_pos is not None
+
+
+@dataclass
+class Report:
+    """What a run proved, and what it found wrong."""
+
+    kills: int = 0
+    alarms_checked: int = 0
+    steps_checked: int = 0
+    executions_checked: int = 0
+    writes_checked: int = 0
+    deliveries_checked: int = 0
+    fires: int = 0
+    dead_letters: int = 0
+    violations: list[str] = field(default_factory=list)
+    # Violations explained by a bug already reported (with a strict-xfail reproduction);
+    # listed apart so that a new bug is not drowned by a known one.
+    known: list[str] = field(default_factory=list)
+
+    def add(self, message: str) -> None:
+        self.violations.append(message)
+
+    def summary(self) -> str:
+        return (f"kills survived: {self.kills}; alarms checked: {self.alarms_checked} "
+                f"({self.fires} handler runs, {self.dead_letters} dead letters); "
+                f"steps checked: {self.steps_checked} in {self.executions_checked} executions; "
+                f"storage writes checked: {self.writes_checked}; keyed deliveries checked: "
+                f"{self.deliveries_checked}; violations found: {len(self.violations)}"
+                + (f" (+{len(self.known)} from known bugs)" if self.known else ""))
+
+
+class Record:
+    """The record, indexed for the checks."""
+
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        self.lines = lines
+        self.ops: dict[str, Op] = {}
+        self.by_obj: dict[str, list[Op]] = collections.defaultdict(list)
+        self.fires: dict[tuple[str, int], list[tuple[int, dict[str, Any]]]] = \
+            collections.defaultdict(list)
+        self.bodies: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = \
+            collections.defaultdict(list)
+        self.kind: dict[str, list[tuple[int, dict[str, Any]]]] = collections.defaultdict(list)
+        for pos, line in enumerate(lines):
+            k = line["k"]
+            self.kind[k].append((pos, line))
+            if k == "intent":
+                args = {key: v for key, v in line.items() if key not in ("k", "op", "obj", "what")}
+                op = Op(line["op"], line["obj"], line["what"], args, pos)
+                self.ops[op.id] = op
+                self.by_obj[op.obj].append(op)
+            elif k == "ack":
+                self.ops[line["op"]].ack_pos = pos
+                self.ops[line["op"]].result = line.get("result")
+            elif k == "fire":
+                self.fires[(line["obj"], line["at"])].append((pos, line))
+            elif k == "body":
+                self.bodies[(line["exec"], line["op"])].append((pos, line))
+
+    def ops_of(self, obj: str, whats: Iterable[str]) -> list[Op]:
+        wanted = set(whats)
+        return [op for op in self.by_obj.get(obj, []) if op.what in wanted]
+
+
+def candidates(ops: list[Op]) -> list[Op | None]:
+    """The operations that may have been the last one to take effect."""
+    last_acked = max((i for i, op in enumerate(ops) if op.acked), default=None)
+    if last_acked is None:
+        return [None, *ops]
+    return list(ops[last_acked:])
+
+
+def explain(ops: list[Op], pred: Callable[[Op | None], bool]) -> bool:
+    return any(pred(c) for c in candidates(ops))
+
+
+def describe_ops(ops: list[Op], limit: int = 6) -> str:
+    tail = ops[-limit:]
+    return "; ".join(f"{op.id} {op.what} {json.dumps(op.args, sort_keys=True)} "
+                     f"{'acked' if op.acked else 'unacked'}" for op in tail)
+
+
+# -- alarms ----------------------------------------------------------------------------------
+
+def check_alarms(rec: Record, state: dict[str, Any], seed: int, report: Report) -> None:
+    rows = {f"{a['object_class']}/{a['object_name']}": a for a in state["alarms"]}
+    now = state["now_ms"]
+    objects = {obj for obj in rec.by_obj if obj.startswith("ChaosAlarm/")}
+    objects |= {obj for obj, _ in rec.fires}
+    for obj in sorted(objects):
+        ops = rec.ops_of(obj, ("set", "delete"))
+        row = rows.get(obj)
+        report.alarms_checked += sum(1 for op in ops if op.what == "set" and op.acked)
+
+        def fired_ok(at: int, obj: str = obj) -> bool:
+            return any(line["ok"] for _, line in rec.fires.get((obj, at), []))
+
+        def holds(c: Op | None, row: Any = row, fired_ok: Any = fired_ok) -> bool:
+            if c is None or c.what == "delete":
+                return row is None
+            at = c.args["at"]
+            if row is None:
+                return bool(fired_ok(at))
+            if row["scheduled_ms"] != at:
+                return False
+            if row["state"] == "dead":
+                return len(row["attempts"]) == ALARM_RETRIES + 1
+            return row["state"] == "pending" and row["next_attempt_ms"] > now
+
+        if not explain(ops, holds):
+            report.add(f"alarm vanished or wrong: {obj}: final row "
+                       f"{json.dumps(_row_brief(row))}; recent calls: {describe_ops(ops)}")
+        if row is not None and row["state"] != "dead" and (
+                row["next_attempt_ms"] is None or row["next_attempt_ms"] < now + SETTLE_HORIZON_MS):
+            report.add(f"alarm did not settle: {obj} is {row['state']} "
+                       f"(due {row['next_attempt_ms']}, now {now})")
+        # Nothing fires once a later call replaced or deleted it (durably acknowledged).
+        for i, later in enumerate(ops):
+            if not later.acked:
+                continue
+            for earlier in ops[:i]:
+                if earlier.what != "set":
+                    continue
+                late = [p for p, _ in rec.fires.get((obj, earlier.args["at"]), [])
+                        if p > (later.ack_pos or 0)]
+                if late:
+                    report.add(f"alarm fired after it was replaced: {obj} set for "
+                               f"{earlier.args['at']} ({earlier.id}) ran at record line "
+                               f"{late[0]}, after {later.id} {later.what} was acknowledged "
+                               f"at line {later.ack_pos}")
+        if row is not None and row["state"] == "dead":
+            report.dead_letters += 1
+            _check_dead_letter(obj, row, alarm_failures(seed, obj, row["scheduled_ms"]), report)
+    for (obj, at), fires in rec.fires.items():
+        report.fires += len(fires)
+        _check_fires(obj, at, [line for _, line in fires], alarm_failures(seed, obj, at), report)
+
+
+def _row_brief(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {k: row[k] for k in ("scheduled_ms", "state", "retry_count", "next_attempt_ms")} | {
+        "attempts": len(row["attempts"])}
+
+
+def _check_fires(obj: str, at: int, fires: list[dict[str, Any]], failures: int,
+                 report: Report) -> None:
+    retries = [f["retry"] for f in fires]
+    if any(b <= a for a, b in itertools.pairwise(retries)):
+        report.add(f"alarm attempt ran without a recorded start: {obj} at {at} ran with retry "
+                   f"counts {retries} (each attempt must count)")
+    if any(r > ALARM_RETRIES for r in retries):
+        report.add(f"alarm ran past its retry budget: {obj} at {at} retry counts {retries}, "
+                   f"max_retries {ALARM_RETRIES}")
+    for f in fires:
+        if f["ok"] != (f["retry"] >= failures):
+            report.add(f"alarm attempt disagrees with the injected faults: {obj} at {at} "
+                       f"retry {f['retry']} ok={f['ok']} with {failures} planned failures")
+
+
+def _check_dead_letter(obj: str, row: dict[str, Any], failures: int, report: Report) -> None:
+    attempts = row["attempts"]
+    if len(attempts) != ALARM_RETRIES + 1:
+        report.add(f"dead letter without its attempts: {obj} has {len(attempts)} attempts, "
+                   f"expected {ALARM_RETRIES + 1}")
+    for i, attempt in enumerate(attempts):
+        error = attempt.get("error") or ""
+        injected = CHAOS_FAULT in error and i < failures
+        crashed = CRASH_ERROR in error and attempt.get("end_ms") is None
+        if not (injected or crashed):
+            report.add(f"dead letter inconsistent with the injected faults: {obj} attempt {i} "
+                       f"failed with {error!r} but {failures} failures were planned and it was "
+                       "not a crash")
+
+
+# -- storage writes --------------------------------------------------------------------------
+
+def check_writers(rec: Record, state: dict[str, Any], report: Report) -> None:
+    for obj, dump in state["writers"].items():
+        kv, rows = dump["kv"], set(dump["rows"])
+        writes = rec.ops_of(obj, ("write",))
+        keys = {op.args["key"] for op in writes} | set(kv)
+        for key in sorted(keys):
+            ops = [op for op in writes if op.args["key"] == key]
+            report.writes_checked += sum(1 for op in ops if op.acked)
+            final = kv.get(key)
+            if not explain(ops, lambda c, final=final: final == (None if c is None
+                                                                 else c.args["value"])):
+                report.add(f"acknowledged write lost: {obj} key {key} holds {final!r}; recent "
+                           f"calls: {describe_ops(ops)}")
+        inserts = rec.ops_of(obj, ("insert",))
+        intended = {op.args["row"] for op in inserts}
+        for op in inserts:
+            if op.acked:
+                report.writes_checked += 1
+                if op.args["row"] not in rows:
+                    report.add(f"acknowledged insert lost: {obj} row {op.args['row']} ({op.id})")
+        phantom = rows - intended
+        if phantom:
+            report.add(f"rows nobody inserted: {obj} {sorted(phantom)[:5]}")
+
+
+def check_counters(rec: Record, state: dict[str, Any], report: Report) -> None:
+    flushes: dict[str, int] = collections.Counter()
+    for _, line in rec.kind["flush"]:
+        flushes[line["obj"]] += line["count"]
+    for obj, totals in state["counters"].items():
+        hits = rec.ops_of(obj, ("hit",))
+        acked = sum(op.args["n"] for op in hits if op.acked)
+        unknown = sum(op.args["n"] for op in hits if not op.acked)
+        total = totals["pending"] + totals["flushed"]
+        report.writes_checked += sum(1 for op in hits if op.acked)
+        if not acked <= total <= acked + unknown:
+            report.add(f"debounce counter lost or invented hits: {obj} counted {total}, "
+                       f"acknowledged {acked} (+{unknown} unacknowledged)")
+        if totals["pending"]:
+            report.add(f"debounce counter never flushed: {obj} still has {totals['pending']} "
+                       "pending")
+        if flushes[obj] < totals["flushed"]:
+            report.add(f"debounce flush not delivered: {obj} flushed {totals['flushed']} but the "
+                       f"sink saw only {flushes[obj]}")
+
+
+def check_leases(rec: Record, state: dict[str, Any], report: Report) -> None:
+    now = state["now_ms"]
+    expiries: dict[tuple[str, str], list[tuple[int, int]]] = collections.defaultdict(list)
+    for pos, line in rec.kind["expire"]:
+        expiries[(line["obj"], line["lease"])].append((pos, line["expires"]))
+    keys = {tuple(obj.split("#", 1)) for obj in rec.by_obj if obj.startswith("LeaseLedger/")}
+    for ledger, lease in sorted(keys):
+        ops = rec.ops_of(f"{ledger}#{lease}", ("grant", "release"))
+        held = state["leases"].get(ledger, {}).get(lease)
+        seen = expiries.get((ledger, lease), [])
+        report.writes_checked += sum(1 for op in ops if op.acked)
+
+        def holds(c: Op | None, held: Any = held, seen: Any = seen) -> bool:
+            if c is None or c.what == "release":
+                return held is None
+            if not c.acked:  # expiry time unknown: present, or gone with an expiry seen
+                return held is not None or any(p > c.pos for p, _ in seen)
+            expires = c.result
+            if expires > now:
+                return bool(held == expires)
+            return held is None and any(e == expires for _, e in seen)
+
+        if not explain(ops, holds):
+            report.add(f"lease lost or never expired: {ledger} {lease} holds {held}; expiries "
+                       f"seen {[e for _, e in seen][-3:]}; recent calls: {describe_ops(ops)}")
+        for i, later in enumerate(ops):
+            if not later.acked:
+                continue
+            after = [op for op in ops[i:] if op.what == "grant"]
+            if any(not op.acked for op in after):
+                continue  # a later grant of unknown expiry may explain any expiry
+            # A later grant can land on the very same millisecond.
+            explained = {op.result for op in after}
+            for earlier in ops[:i]:
+                if earlier.what != "grant" or not earlier.acked or earlier.result in explained:
+                    continue
+                late = [p for p, e in seen if e == earlier.result and p > (later.ack_pos or 0)]
+                if late:
+                    report.add(f"lease expired after it was replaced: {ledger} {lease} expiry "
+                               f"{earlier.result} delivered at line {late[0]}, after {later.id} "
+                               f"{later.what} was acknowledged")
+
+
+# -- executions ------------------------------------------------------------------------------
+
+def _payload(event: dict[str, Any]) -> Any:
+    text = event["StepSucceededDetails"]["Result"]["Payload"]
+    return None if text is None else json.loads(text)
+
+
+KNOWN_STUCK = ("known bug (tests/chaos/test_crash_windows.py): the call was cut off between "
+               "the execution's log commit and its alarm commit, and nothing wakes the "
+               "execution (no alarm, or only its old far deadline): ")
+
+
+def check_executions(rec: Record, state: dict[str, Any], seed: int,
+                     report: Report) -> set[str]:
+    """Check every execution; returns those stuck by the known bug."""
+    starts = {op.args["exec"]: op for op in rec.ops.values() if op.what == "start"}
+    stuck: set[str] = set()
+    horizon = state["now_ms"] + SETTLE_HORIZON_MS
+    # Executions whose alarm would wake them before the end of the run.
+    awake = {a["object_name"] for a in state["alarms"] if a["object_class"] == "Execution"
+             and a["next_attempt_ms"] is not None and a["next_attempt_ms"] < horizon}
+    for eid, op in sorted(starts.items()):
+        d = state["executions"].get(eid)
+        if d is None:
+            if op.acked:
+                report.add(f"acknowledged execution start vanished: {eid}")
+            continue
+        report.executions_checked += 1
+        _check_steps(rec, eid, d, report)
+        found = Report()
+        if d["status"] not in ("succeeded", "failed", "needs_human", "suspended"):
+            found.add(f"execution neither finished, waiting nor with a human: {eid} is "
+                      f"{d['status']} ({d.get('blocked_on')})")
+        elif d["name"] == FESTIVAL:
+            _check_festival(eid, d, festival_plan(seed, eid), found)
+        elif d["name"] == TRIP:
+            _check_trip(eid, d, hotel_failures(seed, eid), found)
+        calls = rec.by_obj.get(f"Execution/{eid}", [])
+        if found.violations and calls and not calls[-1].acked and eid not in awake:
+            report.known.extend(KNOWN_STUCK + v for v in found.violations)
+            stuck.add(eid)
+        else:
+            report.violations.extend(found.violations)
+    _check_deliveries(rec, state, report)
+    return stuck
+
+
+def _check_steps(rec: Record, eid: str, d: dict[str, Any], report: Report) -> None:
+    succeeded: dict[str, dict[str, Any]] = {}
+    for ev in d["history"]:
+        if ev["EventType"] != "StepSucceeded":
+            continue
+        op_id = ev["Id"]
+        if op_id in succeeded:
+            report.add(f"step checkpointed twice: {eid} operation {op_id} ({ev.get('Name')})")
+        succeeded[op_id] = ev
+        report.steps_checked += 1
+        nonce = _payload(ev)
+        bodies = rec.bodies.get((eid, op_id), [])
+        if not bodies:
+            report.add(f"step result without a body run: {eid} {op_id} {ev.get('Name')}")
+            continue
+        if nonce not in [b["nonce"] for _, b in bodies]:
+            report.add(f"checkpointed result not produced by any body run: {eid} {op_id} "
+                       f"{ev.get('Name')} {nonce!r}")
+        last = bodies[-1][1]
+        if last["nonce"] != nonce:
+            report.add(f"checkpointed step recomputed: {eid} {op_id} {ev.get('Name')} "
+                       f"checkpointed {nonce!r} but ran again afterwards ({last['nonce']!r}, "
+                       f"record line {bodies[-1][0]})")
+
+
+def _saga_states(d: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(e["name"], e["state"]) for e in d["saga"]]
+
+
+def _succeeded_names(d: dict[str, Any]) -> set[str]:
+    return {ev.get("Name", "") for ev in d["history"] if ev["EventType"] == "StepSucceeded"}
+
+
+def _failed_events(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    return [ev for ev in d["history"] if ev["EventType"] == "StepFailed" and ev.get("Name") == name]
+
+
+def _check_festival(eid: str, d: dict[str, Any], plan: Any, report: Report) -> None:
+    forward = {"reserve_streaming", "open_viewing_page", "notify_partners"}
+    if plan.waits:
+        if d["status"] != "suspended" or "verdict" not in (d.get("blocked_on") or ""):
+            report.add(f"festival {eid} should wait for its verdict, is {d['status']} "
+                       f"({d.get('blocked_on')})")
+        return
+    if plan.verdict == "go":
+        want = ("succeeded", "streaming")
+        got = (d["status"], (d["result"] or {}).get("status"))
+        if got != want or not forward | {"start_streaming"} <= _succeeded_names(d):
+            report.add(f"festival {eid} with verdict go ended {got}, steps "
+                       f"{sorted(_succeeded_names(d))}")
+        return
+    comp = [("notify_partners", "compensated"), ("open_viewing_page", "compensated"),
+            ("reserve_streaming", "compensated")]
+    if plan.ends_with_human:
+        comp = [("notify_partners", "compensated"), ("open_viewing_page", "failed"),
+                ("reserve_streaming", "pending")]
+        if d["status"] != "needs_human" or _saga_states(d) != comp:
+            report.add(f"festival {eid} should need a human with stack {comp}, is "
+                       f"{d['status']} {_saga_states(d)}")
+        failed = _failed_events(d, "compensate_open_viewing_page")
+        if len(failed) != COMPENSATION_ATTEMPTS:
+            report.add(f"festival {eid}: {len(failed)} failed compensation attempts recorded "
+                       f"before the human, the retry budget is {COMPENSATION_ATTEMPTS}")
+        return
+    result = d["result"] or {}
+    if d["status"] != "succeeded" or result.get("status") != "cancelled" or [
+            (e["name"], e["state"]) for e in result.get("saga", [])] != comp:
+        report.add(f"festival {eid} should be cancelled with everything compensated, is "
+                   f"{d['status']} {result}")
+    if not forward | {"record_cancellation"} <= _succeeded_names(d):
+        report.add(f"festival {eid} is missing steps: {sorted(_succeeded_names(d))}")
+
+
+def _check_trip(eid: str, d: dict[str, Any], failures: int, report: Report) -> None:
+    failed = _failed_events(d, "book_hotel")
+    if any(CHAOS_FAULT not in json.dumps(ev) for ev in failed):
+        report.add(f"trip {eid}: book_hotel failed with an error nobody injected")
+    if len(failed) > min(failures, HOTEL_ATTEMPTS):
+        report.add(f"trip {eid}: book_hotel failed {len(failed)} times, only {failures} "
+                   "failures were injected")
+    result = d["result"] or {}
+    if failures >= HOTEL_ATTEMPTS:
+        ok = (d["status"] == "succeeded" and result.get("status") == "rolled_back"
+              and [(e["name"], e["state"]) for e in result.get("saga", [])]
+              == [("book_flight", "compensated")] and len(failed) == HOTEL_ATTEMPTS)
+        if not ok:
+            report.add(f"trip {eid} should roll back after {HOTEL_ATTEMPTS} hotel failures, is "
+                       f"{d['status']} {result} with {len(failed)} failures")
+        return
+    hotel = [ev for ev in d["history"] if ev["EventType"] == "StepSucceeded"
+             and ev.get("Name") == "book_hotel"]
+    attempt = hotel[0]["StepSucceededDetails"]["RetryDetails"]["CurrentAttempt"] if hotel else 0
+    if d["status"] != "succeeded" or result.get("status") != "booked" or (
+            attempt != len(failed) + 1):
+        report.add(f"trip {eid} should be booked (attempt {len(failed) + 1}), is {d['status']} "
+                   f"{result} at attempt {attempt}")
+
+
+def _check_deliveries(rec: Record, state: dict[str, Any], report: Report) -> None:
+    tried: dict[str, int] = collections.Counter(line["key"] for _, line in rec.kind["deliver"])
+    returned: dict[str, list[bool]] = collections.defaultdict(list)
+    where: dict[tuple[str, str], str] = {}
+    for _, line in rec.kind["delivered"]:
+        returned[line["key"]].append(line["first"])
+    for _, line in rec.kind["deliver"]:
+        where[(line["exec"], line["op"])] = line["key"]
+    ledger = state["ledger"]
+    for key, attempts in tried.items():
+        report.deliveries_checked += 1
+        row = ledger.get(key)
+        firsts = sum(returned[key])
+        if firsts > 1:
+            report.add(f"keyed side effect delivered {firsts} times: {key}")
+        if returned[key] and row is None:
+            report.add(f"keyed delivery acknowledged but missing from the ledger: {key}")
+        if row is not None and not len(returned[key]) <= row["deliveries"] <= attempts:
+            report.add(f"ledger count of {key} is {row['deliveries']}, the record saw "
+                       f"{len(returned[key])} returned of {attempts} attempts")
+    for eid, d in state["executions"].items():
+        for ev in (d or {}).get("history", []):
+            if ev["EventType"] == "StepSucceeded" and ev.get("Name") in (
+                    "notify_partners", "compensate_notify_partners", "charge"):
+                key = where.get((eid, ev["Id"]))
+                if key is None or ledger.get(key) is None:
+                    report.add(f"checkpointed keyed step without its delivery: {eid} "
+                               f"{ev['Id']} {ev.get('Name')} (key {key})")
+
+
+def check(lines: list[dict[str, Any]], state: dict[str, Any], seed: int,
+          kills: int = 0) -> Report:
+    """Every invariant of the run; the report lists the violations."""
+    report = Report(kills=kills)
+    if not state.get("settled"):
+        report.add(f"the run did not settle: still waiting for {state.get('waiting')}")
+    rec = Record(lines)
+    check_alarms(rec, state, seed, report)
+    check_writers(rec, state, report)
+    check_counters(rec, state, report)
+    check_leases(rec, state, report)
+    stuck = check_executions(rec, state, seed, report)
+    for _, line in rec.kind["nack"]:
+        message = f"a call failed with an error: {line['op']} {line['error']}"
+        obj = rec.ops[line["op"]].obj
+        if obj.startswith("Execution/") and obj[len("Execution/"):] in stuck:
+            report.known.append(KNOWN_STUCK + message)  # e.g. a retry refused afterwards
+        else:
+            report.add(message)
+    return report

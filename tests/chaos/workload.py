@@ -1,0 +1,631 @@
+"""The chaos workload: a real runtime on the wall clock under a mixed load, keeping
+its own append-only record of everything that was acknowledged.
+
+The harness (`harness.py`) starts this module as a child process, kills it with
+SIGKILL at random moments and starts it again on the same data. The record is a
+JSON-lines file written with `os.write` + `os.fsync` outside the runtime, one
+line per fact:
+
+- ``intent`` / ``ack`` around every call into the runtime (``op`` ties them):
+  alarm set/delete, KV write, SQL insert, debounce hit, lease grant/release,
+  execution start, callback verdict, operator action. An intent without an ack
+  has an unknown outcome: it may or may not have happened.
+- ``fire``: an alarm handler ran (object, scheduled time, retry count, and
+  whether this attempt succeeds or raises an injected fault).
+- ``body``: a step body ran (execution, operation id, step name, nonce).
+- ``deliver`` / ``delivered``: a keyed delivery through the runtime's ledger was
+  attempted / returned (with whether it was the first for its key).
+- ``expire`` / ``flush``: the lease and debounce side effects.
+
+Which handlers fail is not random at run time: it is a pure function of the
+seed and the thing that fails (see the ``*_plan`` functions), so the checker in
+`invariants.py` can tell what each retry count and dead letter should be.
+
+Run as ``python -m tests.chaos.workload run DATA RECORD SEED ROUND`` (until
+killed) or ``python -m tests.chaos.workload settle DATA RECORD SEED STATE``
+(no new load: deliver pending verdicts and operator actions, wait until nothing
+is due, write the final state as JSON to STATE and exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import os
+import random
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from alarmtop.core import AlarmInfo, DurableObject, ObjectContext, RetryPolicy, Runtime
+from alarmtop.core.clock import SystemClock
+from alarmtop.core.durable import (
+    DurableContext,
+    Duration,
+    RetryStrategyConfig,
+    StepConfig,
+    StepError,
+    create_retry_strategy,
+    durable_execution,
+)
+from alarmtop.core.durable.config import JitterStrategy
+from alarmtop.core.durable.context import current_step
+from alarmtop.core.durable.service import DurableFunction, Ledger
+from alarmtop.examples.click_counter import ClickCounter
+from alarmtop.examples.festival import FestivalServices, build_festival
+from alarmtop.examples.lease_ledger import LeaseLedger
+
+# -- sizes and policies (shared with the checker) ----------------------------------------------
+
+ALARM_OBJECTS = 40
+WRITERS = 12
+WRITER_KEYS = 5
+LEDGERS = 6
+LEASES_PER_LEDGER = 6
+COUNTERS = 6
+WORKERS = 6
+MAX_EXECUTIONS_PER_ROUND = 2  # of each kind
+ALARM_RETRIES = 3
+ALARM_POLICY = RetryPolicy(max_retries=ALARM_RETRIES, initial_delay_s=0.1, backoff_rate=2.0)
+FAR_MS = 3_600_000  # alarms and leases this far out stay pending through the run
+SETTLE_HORIZON_MS = 600_000  # "nothing due" means nothing due within this
+COMPENSATION_ATTEMPTS = 3  # the saga helper's retry budget for a compensation
+HOTEL_ATTEMPTS = 3
+FESTIVAL = "festival-stream"
+TRIP = "trip"
+CHAOS_FAULT = "ChaosFault"
+CRASH_ERROR = "stopped while the handler ran"
+TICK_S = 0.2
+SETTLE_DEADLINE_S = 90.0
+
+
+class ChaosFault(RuntimeError):
+    """The failure injected into handlers and step bodies by plan."""
+
+
+# -- plans: pure functions of the seed ---------------------------------------------------------
+
+def unit(seed: int, *parts: Any) -> float:
+    """A number in [0, 1) fixed by the seed and `parts`."""
+    digest = hashlib.sha256(":".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def alarm_failures(seed: int, obj: str, at_ms: int) -> int:
+    """How many attempts of the alarm `obj` set for `at_ms` raise before one succeeds.
+
+    Above `ALARM_RETRIES` the alarm can only end as a dead letter."""
+    u = unit(seed, "alarm", obj, at_ms)
+    if u < 0.62:
+        return 0
+    if u < 0.80:
+        return 1
+    if u < 0.86:
+        return 2
+    return 99
+
+
+@dataclass(frozen=True)
+class FestivalPlan:
+    verdict: str | None  # "go", "cancel", or None: no verdict is ever sent
+    timeout_s: int  # the verdict callback's timeout (the festival's start)
+    doomed: bool  # compensate_open_viewing_page fails every attempt -> needs_human
+    operator_retries: bool  # a doomed one: the operator retries (else leaves it to a human)
+
+    @property
+    def compensates(self) -> bool:
+        """Cancelled by verdict, or by the verdict's timeout (the festival started)."""
+        return self.verdict == "cancel" or (self.verdict is None and self.timeout_s < 3600)
+
+    @property
+    def waits(self) -> bool:
+        """No verdict ever comes and the start is far off: it is still waiting at the end."""
+        return self.verdict is None and not self.compensates
+
+    @property
+    def ends_with_human(self) -> bool:
+        return self.compensates and self.doomed and not self.operator_retries
+
+
+def festival_plan(seed: int, execution_id: str) -> FestivalPlan:
+    u = unit(seed, "festival", execution_id)
+    verdict, timeout = (("go", 3600) if u < 0.3 else ("cancel", 3600) if u < 0.6
+                        else (None, 2) if u < 0.85 else (None, 3600))
+    doomed = unit(seed, "doomed", execution_id) < 0.45
+    return FestivalPlan(verdict, timeout, doomed, unit(seed, "operator", execution_id) < 0.5)
+
+
+def hotel_failures(seed: int, execution_id: str) -> int:
+    """How many runs of a trip's book_hotel raise; HOTEL_ATTEMPTS or more rolls it back."""
+    u = unit(seed, "hotel", execution_id)
+    return 0 if u < 0.5 else 1 if u < 0.72 else 2 if u < 0.82 else 9
+
+
+# -- the record ------------------------------------------------------------------------------
+
+def read_record(path: Path) -> list[dict[str, Any]]:
+    """Every line of the record; a torn last line (killed mid-write) is dropped."""
+    if not path.exists():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    out: list[dict[str, Any]] = []
+    for i, raw in enumerate(lines):
+        if not raw:
+            continue
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            if i < len(lines) - 2:
+                raise ValueError(f"record line {i + 1} is damaged: {raw[:200]!r}") from None
+    return out
+
+
+class Record:
+    """The workload's own append-only log; every line is fsync'd before `write` returns."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.runs: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.step_ops: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
+        self.used_at: dict[str, set[int]] = collections.defaultdict(set)
+        self.executions: dict[str, str] = {}  # id -> handler name
+        for line in read_record(path):
+            self._learn(line)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _learn(self, line: dict[str, Any]) -> None:
+        kind = line["k"]
+        if kind == "body":
+            self.runs[(line["exec"], line["step"])] += 1
+            self.step_ops[(line["exec"], line["step"])].add(line["op"])
+        elif kind == "intent" and line["what"] == "set":
+            self.used_at[line["obj"]].add(line["at"])
+        elif kind == "intent" and line["what"] == "start":
+            self.executions[line["exec"]] = line["name"]
+
+    def write(self, **line: Any) -> None:
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
+        if os.write(self._fd, data) != len(data):
+            raise OSError(f"short write to the chaos record {self.path}")
+        os.fsync(self._fd)
+        self._learn(line)
+
+    def body(self, ok: bool = True) -> str:
+        """Record a step body run (from inside the step) and return its nonce."""
+        step = current_step.get()
+        if step is None:
+            raise RuntimeError("Record.body() runs inside a step body")
+        nonce = uuid.uuid4().hex[:12]
+        self.write(k="body", exec=step[0], op=step[1], step=step[2], nonce=nonce, ok=ok)
+        return nonce
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+# -- objects ---------------------------------------------------------------------------------
+
+class ChaosAlarm(DurableObject):
+    """An object whose alarm is set, overwritten and deleted from outside.
+
+    Its handler fails by plan (`alarm_failures`) and records every attempt."""
+
+    async def arm(self, at_ms: int) -> int:
+        await self.ctx.storage.put("armed", at_ms)
+        await self.ctx.storage.set_alarm(at_ms)
+        return at_ms
+
+    async def disarm(self) -> None:
+        await self.ctx.storage.put("armed", None)
+        await self.ctx.storage.delete_alarm()
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        env = self.env
+        obj = f"ChaosAlarm/{self.ctx.id}"
+        failures = alarm_failures(env.seed, obj, info.scheduled_ms)
+        ok = info.retry_count >= failures
+        env.record.write(k="fire", obj=obj, at=info.scheduled_ms, retry=info.retry_count, ok=ok)
+        await self.ctx.storage.put("fires", int(await self.ctx.storage.get("fires") or 0) + 1)
+        if not ok:
+            raise ChaosFault(f"{CHAOS_FAULT}: attempt {info.retry_count} of {obj} fails by plan "
+                             f"({failures} failures)")
+
+
+class Writer(DurableObject):
+    """Plain storage writes: KV overwrites and SQL inserts."""
+
+    def __init__(self, ctx: ObjectContext, env: Any) -> None:
+        super().__init__(ctx, env)
+        ctx.block_concurrency_while(self._setup)
+
+    async def _setup(self) -> None:
+        await self.ctx.storage.sql.exec(
+            "CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
+
+    async def write(self, key: str, value: str) -> None:
+        await self.ctx.storage.put(key, value)
+
+    async def insert(self, row: str) -> None:
+        await self.ctx.storage.sql.exec("INSERT INTO rows (id, v) VALUES (?, ?)", row, row)
+
+    async def dump(self) -> dict[str, Any]:
+        rows = await self.ctx.storage.sql.exec("SELECT id FROM rows ORDER BY id")
+        return {"kv": await self.ctx.storage.list(prefix="k"), "rows": [r["id"] for r in rows]}
+
+
+class Sinks:
+    """The outside world of the lease ledgers and click counters: it writes the record."""
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+
+    async def lease_expired(self, ledger: str, lease_id: str, expires_ms: int) -> None:
+        self.record.write(k="expire", obj=f"LeaseLedger/{ledger}", lease=lease_id,
+                          expires=expires_ms)
+
+    async def flushed(self, counter: str, count: int) -> None:
+        self.record.write(k="flush", obj=f"ClickCounter/{counter}", count=count)
+
+
+# -- executions ------------------------------------------------------------------------------
+
+class ChaosServices(FestivalServices):
+    """The festival's systems; every call is a recorded step body returning a nonce."""
+
+    def __init__(self, ledger: Ledger, record: Record, seed: int) -> None:
+        super().__init__(ledger)
+        self.record = record
+        self.seed = seed
+
+    async def reserve_streaming(self, event_id: str) -> str:  # type: ignore[override]
+        return self.record.body()
+
+    async def release_streaming(self, event_id: str) -> str:  # type: ignore[override]
+        return self.record.body()
+
+    async def open_viewing_page(self, event_id: str) -> str:
+        return self.record.body()
+
+    async def close_viewing_page(self, event_id: str) -> str:  # type: ignore[override]
+        step = current_step.get()
+        assert step is not None
+        # Doomed: every attempt of the first compensation step fails; the step an
+        # operator's retry runs (another operation id) succeeds.
+        if (festival_plan(self.seed, event_id).doomed
+                and self.record.step_ops[(step[0], step[2])] <= {step[1]}):
+            self.record.body(ok=False)
+            raise ChaosFault(f"{CHAOS_FAULT}: the viewing page of {event_id} will not close")
+        return self.record.body()
+
+    async def notify_partners(self, key: str, message: str) -> str:  # type: ignore[override]
+        await deliver(self.ledger, self.record, key, message)
+        return self.record.body()
+
+    async def record_cancellation(self, event_id: str, reason: str) -> str:  # type: ignore[override]
+        return self.record.body()
+
+    async def start_streaming(self, event_id: str) -> str:  # type: ignore[override]
+        return self.record.body()
+
+
+async def deliver(ledger: Ledger, record: Record, key: str, value: Any) -> bool:
+    """A keyed delivery through the runtime's ledger, recorded before and after."""
+    step = current_step.get()
+    where = {"exec": step[0], "op": step[1]} if step else {}
+    record.write(k="deliver", key=key, **where)
+    first = await ledger.deliver(key, value)
+    record.write(k="delivered", key=key, first=first, **where)
+    return first
+
+
+HOTEL_CONFIG = StepConfig(retry_strategy=create_retry_strategy(RetryStrategyConfig(
+    max_attempts=HOTEL_ATTEMPTS, initial_delay=Duration(1), backoff_rate=1.0,
+    jitter_strategy=JitterStrategy.NONE)))
+
+
+def build_trip(record: Record, ledger: Ledger, seed: int) -> DurableFunction:
+    """Book a flight, wait, book a hotel (flaky by plan), charge once by key; roll back
+    the flight when the hotel fails for good."""
+
+    def ok() -> str:
+        return record.body()
+
+    def book_hotel() -> str:
+        step = current_step.get()
+        assert step is not None
+        if record.runs[(step[0], step[2])] < hotel_failures(seed, step[0]):
+            record.body(ok=False)
+            raise ChaosFault(f"{CHAOS_FAULT}: no room at the hotel for {step[0]}")
+        return record.body()
+
+    @durable_execution(name=TRIP)
+    async def trip(event: Any, ctx: DurableContext) -> dict[str, Any]:
+        saga = ctx.saga()
+        await ctx.step(ok, name="book_flight")
+        saga.push("book_flight", ok)
+        await ctx.wait(Duration(1))
+        try:
+            await ctx.step(book_hotel, name="book_hotel", config=HOTEL_CONFIG)
+        except StepError:
+            await ctx.step(ok, name="note_failure")
+            return {"status": "rolled_back", "saga": await saga.compensate()}
+        saga.push("book_hotel", ok)
+
+        async def charge() -> str:
+            await deliver(ledger, record, ctx.idempotency_key("charge"), event)
+            return record.body()
+
+        await ctx.step(charge, name="charge")
+        return {"status": "booked"}
+
+    return trip
+
+
+# -- the runtime -----------------------------------------------------------------------------
+
+def make_runtime(data_dir: Path, record: Record, seed: int) -> Runtime:
+    sinks = Sinks(record)
+    env = SimpleNamespace(seed=seed, record=record, expiry_sink=sinks, flush_sink=sinks)
+    rt = Runtime(data_dir, clock=SystemClock(), env=env, hibernate_after=0.5, max_resident=48,
+                 sweep_interval=2.0)
+    rt.register(ChaosAlarm, retry_policy=ALARM_POLICY)
+    rt.register(Writer)
+    rt.register(LeaseLedger)
+    rt.register(ClickCounter)
+    rt.register_execution(build_festival(ChaosServices(rt.ledger, record, seed), name=FESTIVAL))
+    rt.register_execution(build_trip(record, rt.ledger, seed))
+    return rt
+
+
+FAILED: Any = object()  # what `Load.call` returns when the call raised
+
+
+class Load:
+    """The mixed load of one process life: workers issuing recorded calls."""
+
+    def __init__(self, rt: Runtime, record: Record, seed: int, round_no: int) -> None:
+        self.rt = rt
+        self.record = record
+        self.seed = seed
+        self.round = round_no
+        self.rng = random.Random(f"{seed}:{round_no}")
+        self.locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self.ops = 0
+        self.started = {FESTIVAL: 0, TRIP: 0}
+        self.refused: set[str] = set()  # executions whose verdict or retry was refused
+        # Retried once by this process: the status stays needs_human until the next
+        # invocation runs, and a second retry would be refused.
+        self.retried: set[str] = set()
+
+    def _op_id(self) -> str:
+        self.ops += 1
+        return f"{self.round}.{self.ops}"
+
+    async def call(self, obj: str, what: str, fn: Any, **args: Any) -> Any:
+        """One recorded call: intent, the call, then ack (or nack with the error; the
+        call then returns `FAILED`)."""
+        async with self.locks[obj]:
+            op = self._op_id()
+            self.record.write(k="intent", op=op, obj=obj, what=what, **args)
+            try:
+                result = await fn()
+            except Exception as exc:
+                self.record.write(k="nack", op=op, error=f"{type(exc).__name__}: {exc}"[:300])
+                return FAILED
+            self.record.write(k="ack", op=op, result=result)
+            return result
+
+    # -- one operation of each kind -------------------------------------------------------
+
+    async def alarm_op(self) -> None:
+        # Skewed: low numbers are overwritten all the time, high ones are left to run
+        # their whole retry ladder (and die as dead letters when they always fail).
+        name = f"a{min(int(self.rng.expovariate(1 / 10)), ALARM_OBJECTS - 1)}"
+        obj = f"ChaosAlarm/{name}"
+        stub = self.rt.get(ChaosAlarm, name)
+        if self.rng.random() < 0.18:
+            await self.call(obj, "delete", stub.disarm)
+            return
+        r = self.rng.random()
+        delay = 0 if r < 0.2 else FAR_MS if r < 0.3 else self.rng.randint(50, 1500)
+        at = self.rt.clock.now_ms() + delay
+        while at in self.record.used_at[obj]:  # every set of one object has its own time
+            at += 1
+        await self.call(obj, "set", lambda: stub.arm(at), at=at)
+
+    async def writer_op(self) -> None:
+        name = f"w{self.rng.randrange(WRITERS)}"
+        stub = self.rt.get(Writer, name)
+        token = uuid.uuid4().hex[:12]
+        if self.rng.random() < 0.6:
+            key = f"k{self.rng.randrange(WRITER_KEYS)}"
+            await self.call(f"Writer/{name}", "write", lambda: stub.write(key, token),
+                            key=key, value=token)
+        else:
+            await self.call(f"Writer/{name}", "insert", lambda: stub.insert(token), row=token)
+
+    async def counter_op(self) -> None:
+        name = f"c{self.rng.randrange(COUNTERS)}"
+        stub = self.rt.get(ClickCounter, name)
+        n = self.rng.randint(1, 5)
+        await self.call(f"ClickCounter/{name}", "hit", lambda: stub.hit(n), n=n)
+
+    async def lease_op(self) -> None:
+        name = f"l{self.rng.randrange(LEDGERS)}"
+        stub = self.rt.get(LeaseLedger, name)
+        lease = f"lease{self.rng.randrange(LEASES_PER_LEDGER)}"
+        obj = f"LeaseLedger/{name}"
+        if self.rng.random() < 0.2:
+            await self.call(f"{obj}#{lease}", "release", lambda: stub.release(lease), lease=lease)
+            return
+        ttl = FAR_MS if self.rng.random() < 0.1 else self.rng.randint(100, 2500)
+        await self.call(f"{obj}#{lease}", "grant", lambda: stub.grant(lease, ttl), lease=lease,
+                        ttl=ttl)
+
+    async def start_op(self) -> None:
+        kind = FESTIVAL if self.rng.random() < 0.5 else TRIP
+        if self.started[kind] >= MAX_EXECUTIONS_PER_ROUND:
+            return
+        self.started[kind] += 1
+        eid = f"{'fest' if kind == FESTIVAL else 'trip'}-{self.round}-{self.started[kind]}"
+        event: dict[str, Any] = {"eventId": eid}
+        if kind == FESTIVAL:
+            event["startsInSeconds"] = festival_plan(self.seed, eid).timeout_s
+        execs = self.rt.executions
+        await self.call(f"Execution/{eid}", "start",
+                        lambda: execs.start(kind, event, execution_id=eid), exec=eid, name=kind)
+
+    async def worker(self) -> None:
+        kinds = [(self.alarm_op, 40), (self.writer_op, 22), (self.counter_op, 14),
+                 (self.lease_op, 16), (self.start_op, 3)]
+        fns, weights = zip(*kinds)
+        while True:
+            await self.rng.choices(fns, weights)[0]()
+
+    # -- verdicts and operators -----------------------------------------------------------
+
+    async def tick(self) -> int:
+        """Send planned verdicts and operator retries; returns how many were sent.
+
+        A refused one is recorded (the checker judges it) and not sent again by this
+        process."""
+        sent = 0
+        execs = self.rt.executions
+        for e in await execs.list(status="suspended", limit=100_000):
+            eid = e["execution_id"]
+            if (e["name"] != FESTIVAL or eid in self.refused
+                    or festival_plan(self.seed, eid).verdict is None):
+                continue
+            d = await execs.describe(eid)
+            for cb in d["callbacks"]:
+                if cb["name"] == "verdict" and cb["status"] == "started":
+                    verdict = festival_plan(self.seed, eid).verdict
+                    cb_id = cb["callback_id"]
+                    out = await self.call(
+                        f"Execution/{eid}", "verdict",
+                        lambda c=cb_id, v=verdict: execs.send_callback_success(c, v),
+                        exec=eid, verdict=verdict)
+                    sent += out is not FAILED
+                    if out is FAILED:
+                        self.refused.add(eid)
+        for e in await execs.list(status="needs_human", limit=100_000):
+            eid = e["execution_id"]
+            if (e["name"] != FESTIVAL or eid in self.refused | self.retried
+                    or not festival_plan(self.seed, eid).operator_retries):
+                continue
+            d = await execs.describe(eid)
+            if any(cb["kind"] == "HumanDecision" and cb["status"] == "started"
+                   for cb in d["callbacks"]):  # else a decision is recorded already
+                out = await self.call(f"Execution/{eid}", "retry_compensation",
+                                      lambda i=eid: execs.retry_compensation(i, actor="chaos"),
+                                      exec=eid)
+                sent += out is not FAILED
+                (self.refused if out is FAILED else self.retried).add(eid)
+        return sent
+
+    async def ticker(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(TICK_S)  # pacing of the operator, not a wait for a timer
+
+
+# -- the two modes ---------------------------------------------------------------------------
+
+async def run(data_dir: Path, record_path: Path, seed: int, round_no: int) -> None:
+    """Load the runtime until killed."""
+    record = Record(record_path)
+    record.write(k="boot", mode="run", round=round_no, pid=os.getpid())
+    rt = make_runtime(data_dir, record, seed)
+    await rt.start()
+    record.write(k="ready", round=round_no)
+    load = Load(rt, record, seed, round_no)
+    tasks = [asyncio.ensure_future(load.worker()) for _ in range(WORKERS)]
+    tasks.append(asyncio.ensure_future(load.ticker()))
+    await asyncio.gather(*tasks)  # until SIGKILL (a failure ends the process loudly)
+
+
+async def settled(rt: Runtime, load: Load) -> list[str]:
+    """What still keeps the run from being settled (empty: nothing)."""
+    waiting: list[str] = []
+    if await load.tick():
+        waiting.append("verdicts or operator actions were just sent")
+    horizon = rt.clock.now_ms() + SETTLE_HORIZON_MS
+    for a in await rt.alarms():
+        if a.state != "dead" and (a.next_attempt_ms is None or a.next_attempt_ms < horizon):
+            waiting.append(f"alarm {a.object} {a.state} due {a.next_attempt_ms}")
+    for e in await rt.executions.list(status="running", limit=100_000):
+        # Running with no alarm: nothing will ever move it; waiting is pointless, the
+        # checker reports it.
+        if await rt.alarm("Execution", e["execution_id"]) is not None:
+            waiting.append(f"execution {e['execution_id']} running")
+    return waiting
+
+
+async def dump(rt: Runtime, record: Record) -> dict[str, Any]:
+    """The final state, read through the public API."""
+    state: dict[str, Any] = {"now_ms": rt.clock.now_ms()}
+    state["alarms"] = [a.to_dict() for a in await rt.alarms()]
+    state["writers"] = {f"Writer/w{i}": await rt.get(Writer, f"w{i}").dump()
+                        for i in range(WRITERS)}
+    state["counters"] = {f"ClickCounter/c{i}": await rt.get(ClickCounter, f"c{i}").totals()
+                         for i in range(COUNTERS)}
+    state["leases"] = {f"LeaseLedger/l{i}": await rt.get(LeaseLedger, f"l{i}").leases()
+                       for i in range(LEDGERS)}
+    executions: dict[str, Any] = {}
+    for eid in record.executions:
+        try:
+            executions[eid] = await rt.executions.describe(eid)
+        except LookupError:
+            executions[eid] = None
+    state["executions"] = executions
+    keys = {line["key"] for line in read_record(record.path) if line["k"] == "deliver"}
+    state["ledger"] = {key: await rt.ledger.get(key) for key in sorted(keys)}
+    return state
+
+
+async def settle(data_dir: Path, record_path: Path, seed: int, state_path: Path,
+                 deadline_s: float = SETTLE_DEADLINE_S) -> None:
+    """No new load: finish what is owed, wait for quiet, write the final state."""
+    record = Record(record_path)
+    record.write(k="boot", mode="settle", pid=os.getpid())
+    rt = make_runtime(data_dir, record, seed)
+    await rt.start()
+    record.write(k="ready", round="settle")
+    load = Load(rt, record, seed, 10**6)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + deadline_s
+    quiet, waiting = 0, ["not checked yet"]
+    while loop.time() < until:
+        waiting = await settled(rt, load)
+        quiet = 0 if waiting else quiet + 1
+        if quiet >= 2:
+            break
+        await asyncio.sleep(TICK_S)  # polling this process's own state with a deadline
+    state = await dump(rt, record)
+    state["settled"] = quiet >= 2
+    state["waiting"] = waiting[:20]
+    await rt.stop()
+    record.write(k="settled", ok=state["settled"])
+    record.close()
+    tmp = state_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(state_path)
+
+
+def main(argv: list[str]) -> None:
+    mode, data, record, seed = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
+    if mode == "run":
+        asyncio.run(run(data, record, seed, int(argv[4])))
+    elif mode == "settle":
+        asyncio.run(settle(data, record, seed, Path(argv[4])))
+    else:
+        raise SystemExit(f"unknown mode {mode!r}: run or settle")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
