@@ -39,6 +39,8 @@ class ConsoleState:
         default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
     failures: collections.deque[int] = field(
         default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
+    lateness: collections.deque[int] = field(  # worst start lateness (ms) per delta
+        default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
 
     def advance_local(self, monotonic_s: float) -> None:
         """Move `now_ms` on by the local time passed since the last frame."""
@@ -70,6 +72,9 @@ class ConsoleState:
             self.events_total += len(frame.get("events", []))
             self.fires.append(int(frame.get("fires", 0)))
             self.failures.append(int(frame.get("failures", 0)))
+            self.lateness.append(max((int(e["data"].get("lateness_ms") or 0)
+                                      for e in frame.get("events", [])
+                                      if e.get("type") == "alarm.fired"), default=0))
             self._common(frame)
             self._trim()
             return True

@@ -190,3 +190,14 @@ def test_urgent_executions_put_needs_human_first() -> None:
     assert [r["execution_id"] for r in s.urgent_executions()] == [
         "human", "bad", "run-new", "run-old", "wait", "ok"]
     assert len(s.urgent_executions(limit=2)) == 2
+
+
+def test_lateness_history_keeps_the_worst_fire_of_each_delta() -> None:
+    """The header's lateness sparkline: the worst start lateness among a delta's fires."""
+    state = ConsoleState()
+    state.apply({"type": "delta", "at_ms": 1, "events": [
+        {"type": "alarm.fired", "at_ms": 1, "data": {"lateness_ms": 3}},
+        {"type": "alarm.fired", "at_ms": 1, "data": {"lateness_ms": 40}},
+        {"type": "alarm.failed", "at_ms": 1, "data": {}}]})
+    state.apply({"type": "delta", "at_ms": 2, "events": []})
+    assert list(state.lateness)[-2:] == [40, 0]

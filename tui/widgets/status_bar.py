@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from alarmtop.tui.formatting import STATE_STYLE, count, sparkline
+from alarmtop.tui.formatting import STATE_STYLE, count, duration, sparkline
 from alarmtop.tui.state import ConsoleState
 
 
@@ -34,7 +34,9 @@ def status_text(state: ConsoleState, target: str, read_only: bool) -> Text:
     line.append(sparkline(state.fires), style="green")
     line.append(f" {state.fires[-1] if state.fires else 0}/tick  failures ")
     line.append(sparkline(state.failures), style="red")
-    line.append(f" {state.failures[-1] if state.failures else 0}")
+    line.append(f" {state.failures[-1] if state.failures else 0}  late ")
+    line.append(sparkline(state.lateness), style="yellow")
+    line.append(f" {duration(state.lateness[-1] if state.lateness else 0)}")
     return line
 
 
