@@ -31,6 +31,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/physical_limits.py --quick
 	$(BIN)/python bench/alarm_fire.py --quick
 	$(BIN)/python bench/pending_scale.py --quick
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/peers_alarms.py --quick
+	$(BIN)/python bench/durable_steps.py --quick
+	$(BIN)/python bench/durable_waits.py --quick
+	$(BIN)/python bench/retry_ladder.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -24,6 +24,7 @@ Each run is a fresh process on a fresh data dir (peak RSS is that run's alone).
 
     .venv/bin/python bench/alarm_fire.py [--quick] [--repeats 3] [--objects M]
         [--alarms N] [--shape burst,spread,spread-half] [--profile out.html]
+        [--sizes 10000,100000,1000000]   (cost growth, burst, scenario 6)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import asyncio
 import json
 import resource
 import shutil
+import statistics
 import sys
 import time
 from array import array
@@ -197,6 +199,50 @@ def child(opts: dict[str, Any]) -> None:
     emit_child(result)
 
 
+def run_table(args: Any, shape: str, alarms: int, objects: int, title: str) -> Table:
+    table = Table(title)
+    for _ in range(max(3, args.repeats)):
+        root = work_dir(args.dir, "alarm-fire-")
+        opts = {"dir": str(root / "data"), "shape": shape, "alarms": alarms,
+                "objects": objects, "spread_s": args.spread_s,
+                "max_concurrent": args.max_concurrent, "max_resident": args.max_resident}
+        try:
+            result = run_child(__file__, ["--child", json.dumps(opts)])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        for key, value in result.items():
+            table.add(LABELS[key], value, UNITS[key])
+        print(f"  {title}: {result['fired_per_s']:,.0f}/s", file=sys.stderr)
+    table.print()
+    return table
+
+
+def sizes_run(args: Any) -> None:
+    """Scenario 6: how time and memory grow with the number of alarms (burst)."""
+    sizes = [int(x) for x in args.sizes.split(",")]
+    tables = []
+    for n in sizes:
+        objects = min(n, args.objects or 10_000)
+        if n % objects:
+            raise SystemExit(f"size {n} is not a multiple of {objects} objects")
+        tables.append(run_table(args, "burst", n, objects,
+                                f"alarm fire, burst: {n:,} alarms over {objects:,} objects"))
+
+    def med(t: Table, key: str) -> float:
+        return statistics.median(t.rows[LABELS[key]])
+
+    print("\n== cost growth, burst, against the smallest size (medians)")
+    print(f"{'alarms':>10}{'size x':>8}{'time x':>8}{'fired/s':>10}{'loop CPU':>10}"
+          f"{'CPU':>8}{'peak RSS':>10}")
+    t0, n0 = med(tables[0], "elapsed_s"), sizes[0]
+    for n, t in zip(sizes, tables):
+        print(f"{n:>10,}{n / n0:>8.0f}{med(t, 'elapsed_s') / t0:>8.1f}"
+              f"{med(t, 'fired_per_s'):>10,.0f}{med(t, 'loop_cpu_us'):>8.0f}us"
+              f"{med(t, 'cpu_us'):>6.0f}us{med(t, 'peak_rss_mb'):>7.1f}MiB")
+    if args.json:
+        print(json.dumps({t.title: t.as_dict() for t in tables}))
+
+
 def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--alarms", type=int, default=None, help="N (full 100,000)")
@@ -209,9 +255,15 @@ def main() -> None:
                         help="Runtime(max_resident=...), the runtime default")
     parser.add_argument("--profile", default=None,
                         help="profile one run of the first --shape (pyinstrument, .html)")
+    parser.add_argument("--sizes", default=None,
+                        help="cost growth: burst runs of these numbers of alarms, e.g. "
+                             "10000,100000,1000000, over --objects objects (fewer if smaller)")
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child))
+        return
+    if args.sizes:
+        sizes_run(args)
         return
     alarms = args.alarms or (20_000 if args.quick else 100_000)
     objects = args.objects or (2_000 if args.quick else 10_000)

@@ -1,0 +1,57 @@
+"""DBOS (the `dbos` PyPI package) on a SQLite system database, as the peer of scenario 3.
+
+`launch(path, journal)` opens a fresh system database in the journal mode asked for
+("default": SQLite's rollback journal, what DBOS creates; "wal": the file is switched
+to WAL before DBOS opens it, and WAL mode is kept in the file) and launches DBOS.
+SQLite's default `synchronous` is FULL in both modes (checked by `sqlite_settings`),
+so each DBOS transaction (workflow status, each step's output) is fsync'd before
+it returns: the same durability as alarmtop's group commit.
+
+Workflows and steps must be declared with DBOS's decorators before `launch`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+JOURNALS = ("default", "wal")
+
+
+def launch(path: Path, journal: str) -> Any:
+    """Create and launch DBOS on a new SQLite file at `path`; returns the DBOS class."""
+    from dbos import DBOS
+
+    if journal not in JOURNALS:
+        raise SystemExit(f"journal must be one of {JOURNALS}, not {journal!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if journal == "wal":
+        conn = sqlite3.connect(path)
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        conn.close()
+        if mode != "wal":
+            raise SystemExit(f"could not switch {path} to WAL (got {mode})")
+    DBOS(config={"name": "alarmtop-bench", "system_database_url": f"sqlite:///{path}",
+                 "log_level": "WARNING"})
+    DBOS.launch()
+    for name in ("dbos", "dbos._logger"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return DBOS
+
+
+def sqlite_settings(path: Path) -> dict[str, Any]:
+    """The journal mode and synchronous level a new connection to `path` gets."""
+    conn = sqlite3.connect(path)
+    try:
+        return {"journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
+                "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0]}
+    finally:
+        conn.close()
+
+
+def destroy() -> None:
+    from dbos import DBOS
+
+    DBOS.destroy(destroy_registry=True)
