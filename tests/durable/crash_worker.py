@@ -51,7 +51,7 @@ async def main(phase: str, data_dir: str, body_log: str) -> None:
         for n in range(EXECUTIONS):
             await rt.executions.start("ten-steps", n, execution_id=f"x{n}")
         print("STARTED", flush=True)
-        await asyncio.sleep(3600)
+        await asyncio.Event().wait()  # until the parent kills this process
     out: dict[str, Any] = {}
     for _ in range(600):
         out = {f"x{n}": await rt.executions.describe(f"x{n}") for n in range(EXECUTIONS)}
