@@ -47,6 +47,7 @@ from common import (
     peak_rss_mb,
     percentile,
     run_child,
+    run_child_body,
     work_dir,
 )
 
@@ -184,19 +185,7 @@ LABELS = {
 
 def child(opts: dict[str, Any]) -> None:
     profile = opts.pop("profile", None)
-    if profile:
-        from pyinstrument import Profiler
-
-        profiler = Profiler(interval=0.0005, async_mode="disabled")
-        profiler.start()
-        result = asyncio.run(one_run(opts))
-        profiler.stop()
-        Path(profile).write_text(profiler.output_html())
-        Path(profile).with_suffix(".txt").write_text(
-            profiler.output_text(unicode=False, show_all=False))
-    else:
-        result = asyncio.run(one_run(opts))
-    emit_child(result)
+    emit_child(run_child_body(one_run(opts), profile))
 
 
 def run_table(args: Any, shape: str, alarms: int, objects: int, title: str) -> Table:

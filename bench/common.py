@@ -66,6 +66,25 @@ def run_child(script: str, args: Sequence[str]) -> dict[str, Any]:
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def run_child_body(body: Any, profile: str | None) -> dict[str, Any]:
+    """Run a child's `asyncio` body, under pyinstrument when `profile` names a file
+    (HTML there, text beside it)."""
+    import asyncio
+
+    if not profile:
+        return dict(asyncio.run(body))
+    from pyinstrument import Profiler
+
+    profiler = Profiler(interval=0.0005, async_mode="disabled")
+    profiler.start()
+    result = asyncio.run(body)
+    profiler.stop()
+    Path(profile).write_text(profiler.output_html())
+    Path(profile).with_suffix(".txt").write_text(
+        profiler.output_text(unicode=False, show_all=False))
+    return dict(result)
+
+
 def emit_child(result: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(result) + "\n")
     sys.stdout.flush()

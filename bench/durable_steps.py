@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from common import Table, base_parser, emit_child, peak_rss_mb, run_child, work_dir
+from common import Table, base_parser, emit_child, peak_rss_mb, run_child, run_child_body, work_dir
 
 STEPS = 10
 SYSTEMS = ("alarmtop", "dbos", "dbos-wal")
@@ -218,19 +218,7 @@ LABELS = {
 
 def child(opts: dict[str, Any]) -> None:
     profile = opts.pop("profile", None)
-    if profile:
-        from pyinstrument import Profiler
-
-        profiler = Profiler(interval=0.0005, async_mode="disabled")
-        profiler.start()
-        result = asyncio.run(one_run(opts))
-        profiler.stop()
-        Path(profile).write_text(profiler.output_html())
-        Path(profile).with_suffix(".txt").write_text(
-            profiler.output_text(unicode=False, show_all=False))
-    else:
-        result = asyncio.run(one_run(opts))
-    emit_child(result)
+    emit_child(run_child_body(one_run(opts), profile))
 
 
 def measure(args: Any, system: str, n: int, conc: int, title: str,
