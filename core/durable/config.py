@@ -9,6 +9,7 @@ comes from an injectable `random.Random`.
 from __future__ import annotations
 
 import enum
+import json
 import math
 import random
 import re
@@ -169,18 +170,13 @@ class SerDes:
     deserialize: Callable[[str], Any]
 
 
-def _json_dumps(value: Any) -> str:
-    import json
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
-
-
-def _json_loads(text: str) -> Any:
-    import json
-    return json.loads(text)
+# Built once: json.dumps with options makes a new encoder on every call (every step).
+_json_dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":"),
+                                                    allow_nan=False).encode
+_json_loads: Callable[[str], Any] = json.loads
 
 
 def _lenient_loads(text: str) -> Any:
-    import json
     try:
         return json.loads(text)
     except ValueError:

@@ -10,7 +10,9 @@ interleave because they are events of one object.
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -87,12 +89,17 @@ class ExecutionObject(DurableObject):
         self.engine.announce_history(st.record, ev)
         return ev
 
-    async def _save(self, st: _Loaded, ops: list[OperationRecord] = (),  # type: ignore[assignment]
-                    events: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+    def _queue(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
+               events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]:
+        """Queue a checkpoint of the record, `ops` and `events`; await it for durability."""
         st.record.updated_ms = self.ctx.now_ms()
         for op in ops:
             st.ops[op.id] = op
-        await self.engine.store.checkpoint(st.record.id, st.record, ops, events)
+        return self.engine.store.checkpoint(st.record.id, st.record, ops, events)
+
+    async def _save(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
+                    events: Sequence[dict[str, Any]] = ()) -> None:
+        await self._queue(st, ops, events)
 
     async def _rearm(self, st: _Loaded) -> None:
         """Point the alarm at the next thing the service must do, or clear it."""
@@ -160,8 +167,7 @@ class ExecutionObject(DurableObject):
                 await self._save(st, changed, events)
             await self._rearm(st)
             return
-        await self._save(st, changed, events)
-        await self._invoke(st)
+        await self._invoke(st, changed, events)
 
     def _complete_due(self, st: _Loaded, now: int, events: list[dict[str, Any]],
                       changed: list[OperationRecord]) -> bool:
@@ -193,13 +199,19 @@ class ExecutionObject(DurableObject):
                     fired = True
         return fired
 
-    async def _invoke(self, st: _Loaded) -> None:
+    async def _invoke(self, st: _Loaded, changed: list[OperationRecord],
+                      events: list[dict[str, Any]]) -> None:
+        """Run the handler once, after checkpointing what the alarm completed."""
         rec, engine = st.record, self.engine
         fn = engine.handler(rec.name, rec.version)
         started = self.ctx.now_ms()
         rec.in_invocation, rec.invoke_requested = True, False
         rec.status, rec.invocations = ExecutionStatus.RUNNING, rec.invocations + 1
-        await self._save(st)  # durable: a death from here on is found by the next alarm
+        # Queued, not awaited: each later write of this invocation queues behind it, so
+        # whatever the invocation makes durable implies it (an at-most-once step awaits
+        # its start before its body runs). A death before it lands leaves the log as if
+        # the invocation never began, and the alarm, still pending, runs it again.
+        begun = self._queue(st, changed, events)
         inv = Invocation(rec, st.ops, st.next_event_id, engine.store, self.ctx._clock,
                          engine.faults, engine.rng)
         inv.announce = engine.announce_history
@@ -231,6 +243,10 @@ class ExecutionObject(DurableObject):
                                                        "ErrorMessage": str(exc)})
         except Exception as exc:
             outcome = (ExecutionStatus.FAILED, None, error_object(exc))
+        finally:
+            # Landed by now unless the handler never waited for a write; a failure to
+            # record the start fails this attempt, and the alarm retries it.
+            await begun
         st.next_event_id = inv.next_event_id
         rec.in_invocation = False
         rec.saga = [entry for saga in inv.sagas for entry in saga.view()]

@@ -10,7 +10,8 @@ event, payloads as serialized text.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+import functools
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,18 +75,29 @@ class OperationRecord:
         return []
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["type"], d["status"] = self.type.value, self.status.value
+        """The stored form: unset fields are left out (`from_dict` restores them).
+
+        Shallow on purpose: it is serialized at once, and a deep copy of every record
+        at every checkpoint was the largest cost of a durable step.
+        """
+        d = {k: v for k, v in self.__dict__.items() if v is not None}
+        if not self.extra:
+            del d["extra"]
         return d
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> OperationRecord:
         d = dict(d)
         d["type"], d["status"] = OpType(d["type"]), OpStatus(d["status"])
+        d.setdefault("name", None)
+        d.setdefault("parent_id", None)
         return OperationRecord(**d)
 
 
+@functools.lru_cache(maxsize=64)
 def iso(ms: int) -> str:
+    # Cached: the events of one checkpoint, and of executions running side by side,
+    # mostly share their millisecond.
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
@@ -155,9 +167,8 @@ class ExecutionRecord:
         return self.status in FINISHED
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["status"] = self.status.value
-        return d
+        """Shallow, like `OperationRecord.to_dict`: it is serialized at once."""
+        return dict(self.__dict__)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> ExecutionRecord:

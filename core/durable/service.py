@@ -6,6 +6,7 @@ of operator actions, and the idempotency ledger for keyed side effects.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import random
@@ -139,7 +140,9 @@ class ExecutionEngine:
                 op_id, rec.status.value, rec.result, rec.error)
 
 
+@functools.cache
 def _snake(name: str) -> str:
+    # Cached: a handful of event types, converted for every history event.
     return "".join("_" + c.lower() if c.isupper() and i else c.lower()
                    for i, c in enumerate(name))
 

@@ -16,9 +16,8 @@ from typing import Any
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
 
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))
+# One encoder for every row: json.dumps with any option builds a new encoder per call.
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class SqliteExecutionStore:
