@@ -3,6 +3,10 @@
 Concurrent writers hand their changes to one committer; it applies everything
 queued in one transaction and one fsync, then wakes all of them. One commit per
 alarm would cap firing at the fsync rate; a shared commit does not.
+
+The committer runs on the database thread itself and takes the queue from there:
+no task on the event loop relays between writers and the thread, so a lone writer
+(a sequential execution, one step after another) pays one thread hop each way.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,10 +75,12 @@ class SqliteAlarmIndex:
         self.check = check  # quick_check the file when opening it
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
         self._conn: sqlite3.Connection | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # set while writes are taken
+        # Shared with the database thread, under the lock: writes not yet taken, and
+        # whether a drain job is queued or running (at most one is).
+        self._lock = threading.Lock()
         self._queue: list[_Entry] = []
-        self._committing: list[_Entry] = []
-        self._wake: asyncio.Event | None = None
-        self._writer: asyncio.Task[None] | None = None
+        self._draining = False
 
     async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
@@ -167,27 +174,18 @@ class SqliteAlarmIndex:
     async def open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         await self._run(self._connect)
-        self._wake = asyncio.Event()
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop(),
-                                                              name="alarm-index-writer")
+        self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
-        self._wake = None  # later writes fail at once instead of waiting for no writer
-        if self._writer is not None:
-            self._writer.cancel()
-            try:
-                await self._writer
-            except asyncio.CancelledError:
-                pass
-            self._writer = None
-        # Writes queued, or cut off in the middle of their commit, learn it: the latter
-        # may or may not be on disk.
-        for *_, fut in self._queue + self._committing:
+        self._loop = None  # later writes fail at once instead of waiting for no writer
+        with self._lock:
+            dropped, self._queue = self._queue, []
+        # Writes not taken yet are not made: they learn it. A batch being committed
+        # finishes first (the thread runs one job at a time) and reports as usual.
+        for *_, fut in dropped:
             if not fut.done():
                 fut.set_exception(StorageError("the runtime database was closed before this "
-                                               "write was confirmed", str(self.path)))
-        self._queue.clear()
-        self._committing = []
+                                               "write was made", str(self.path)))
         if self._conn is not None:
             await self._run(self._conn.close)
             self._conn = None
@@ -208,44 +206,58 @@ class SqliteAlarmIndex:
     def submit(self, puts: Sequence[AlarmRecord] = (), deletes: Sequence[AlarmKey] = (),
                extra: WriteFn | None = None) -> asyncio.Future[None]:
         """Queue a write now (its order among writes is fixed here); await it for durability."""
-        if self._wake is None:
+        loop = self._loop
+        if loop is None:
             raise StorageError("the runtime database is not open (or already closed)",
                                str(self.path))
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((puts, deletes, extra, fut))
-        self._wake.set()
+        fut: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._queue.append((puts, deletes, extra, fut))
+            start, self._draining = not self._draining, True
+        if start:
+            self._executor.submit(self._drain, loop)
         return fut
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a read on the database thread (it sees every completed write)."""
         return await self._run(lambda: fn(self.conn))
 
-    async def _write_loop(self) -> None:
-        assert self._wake is not None
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-                self._committing = batch
-                try:
-                    await self._commit(batch)
-                except Exception as exc:
-                    if len(batch) == 1:
-                        self._fail(batch, exc)
-                        continue
-                    # One bad write must not fail its neighbours: retry each alone.
-                    for entry in batch:
-                        try:
-                            await self._commit([entry])
-                        except Exception as one:
-                            self._fail([entry], one)
-                        else:
-                            self._done([entry])
-                    continue
-                self._done(batch)
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the database thread: commit what is queued as one batch."""
+        with self._lock:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        outcome = self._commit(batch) if batch else None
+        with self._lock:
+            more = self._draining = bool(self._queue)
+        if more:
+            # A new job rather than a loop here: reads queued meanwhile go first.
+            self._executor.submit(self._drain, loop)
+        if batch:
+            try:
+                loop.call_soon_threadsafe(self._settle, batch, outcome)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
-    async def _commit(self, batch: list[_Entry]) -> None:
+    def _commit(self, batch: list[_Entry]) -> list[BaseException | None] | None:
+        """Apply the batch in one transaction: None when it committed, else the outcome
+        of each write (one bad write must not fail its neighbours: each is retried alone)."""
+        try:
+            self._apply_entries(batch)
+            return None
+        except Exception as exc:
+            if len(batch) == 1:
+                return [exc]
+        outcome: list[BaseException | None] = []
+        for entry in batch:
+            try:
+                self._apply_entries([entry])
+            except Exception as one:
+                outcome.append(one)
+            else:
+                outcome.append(None)
+        return outcome
+
+    def _apply_entries(self, batch: list[_Entry]) -> None:
         final: dict[AlarmKey, AlarmRecord | None] = {}
         extras: list[WriteFn] = []
         for puts, deletes, extra, _ in batch:
@@ -255,19 +267,19 @@ class SqliteAlarmIndex:
                 final[rec.key] = rec
             if extra is not None:
                 extras.append(extra)
-        await self._run(self._apply, final, extras, doing="writing")
+        self._apply(final, extras)
 
-    @staticmethod
-    def _done(batch: list[_Entry]) -> None:
-        for *_, fut in batch:
-            if not fut.done():
+    def _settle(self, batch: list[_Entry], outcome: list[BaseException | None] | None) -> None:
+        """On the event loop: tell each writer of the batch how its write went."""
+        for i, (*_, fut) in enumerate(batch):
+            if fut.done():
+                continue
+            exc = None if outcome is None else outcome[i]
+            if exc is None:
                 fut.set_result(None)
-
-    def _fail(self, batch: list[_Entry], exc: BaseException) -> None:
-        err = exc if isinstance(exc, StorageError) else self._error("writing", exc)
-        for *_, fut in batch:
-            if not fut.done():
-                fut.set_exception(err)
+            else:
+                fut.set_exception(exc if isinstance(exc, StorageError)
+                                  else self._error("writing", exc))
 
     def _apply(self, final: dict[AlarmKey, AlarmRecord | None],
                extras: Sequence[WriteFn] = ()) -> None:
