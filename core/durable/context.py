@@ -139,6 +139,10 @@ class Invocation:
         if wait:
             await fut
 
+    def faults_armed(self) -> bool:
+        """Whether any fault is armed against this execution (a crash may come anywhere)."""
+        return any(f["target"] == self.execution_id for f in self.faults.list())
+
     def crash_point(self, step: str, point: str) -> None:
         fault = self.faults.find(self.execution_id, "step_crash", step)
         if fault is not None and fault.point == point:
@@ -278,20 +282,30 @@ class DurableContext:
         if interrupted and at_most_once:
             return await self._step_failed(rec, cfg, StepInterruptedError(
                 f"step {label!r} was interrupted and runs at most once per retry"), rec.attempt)
+        # The start of an at-least-once attempt need not be durable before the body
+        # runs, only queued ahead of its outcome. While nothing can come between
+        # (a plain function's body, with no fault armed to crash it) it waits here and
+        # goes with the outcome: one checkpoint and one copy of the record.
+        started: tuple[dict[str, Any], ...] = ()
         if not interrupted:
             rec.status, rec.attempt = OpStatus.STARTED, rec.attempt + 1
             rec.started_ms = self.now_ms()
-            # At-least-once: the start need not be durable before the body runs.
-            await inv.save(rec, inv.event("StepStarted", rec), wait=at_most_once)
+            started = (inv.event("StepStarted", rec),)
+            if at_most_once or inv.faults_armed():
+                await inv.save(rec, *started, wait=at_most_once)
+                started = ()
         inv.crash_point(label, "A")
         token = current_step.set((inv.execution_id, rec.id, label))
         try:
             inv.raise_fault(label)
             value = fn(*args)
             if inspect.isawaitable(value):
+                if started:
+                    await inv.save(rec, *started, wait=False)
+                    started = ()
                 value = await value
         except Exception as exc:
-            return await self._step_failed(rec, cfg, exc, rec.attempt)
+            return await self._step_failed(rec, cfg, exc, rec.attempt, started)
         finally:
             current_step.reset(token)
         try:
@@ -300,17 +314,18 @@ class DurableContext:
             bad = ValidationError(f"the result of step {label!r} is not serialisable: {exc}; "
                                   "return JSON values or give the step a serdes")
             return await self._step_failed(rec, StepConfig(RetryPresets.none()), bad,
-                                           rec.attempt)
+                                           rec.attempt, started)
         inv.crash_point(label, "B")
         rec.status, rec.result, rec.error, rec.ended_ms = (OpStatus.SUCCEEDED, text, None,
                                                            self.now_ms())
-        await inv.save(rec, inv.event("StepSucceeded", rec, {
+        await inv.save(rec, *started, inv.event("StepSucceeded", rec, {
             "Result": payload(text), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
         inv.crash_point(label, "C")
         return serdes.deserialize(text)
 
     async def _step_failed(self, rec: OperationRecord, cfg: StepConfig, exc: BaseException,
-                           attempt: int) -> Any:
+                           attempt: int, started: tuple[dict[str, Any], ...] = ()) -> Any:
+        """Record a failed attempt (after its start, when that is still held back)."""
         inv = self._inv
         strategy = cfg.retry_strategy or RetryPresets.default()
         decision = strategy(exc, attempt)
@@ -319,13 +334,13 @@ class DurableContext:
         if decision.should_retry:
             delay = max(1, decision.delay_seconds)
             rec.status, rec.next_attempt_ms = OpStatus.PENDING, self.now_ms() + delay * 1000
-            await inv.save(rec, inv.event("StepFailed", rec, {
+            await inv.save(rec, *started, inv.event("StepFailed", rec, {
                 "Error": error_payload(err),
                 "RetryDetails": {"CurrentAttempt": attempt, "NextAttemptDelaySeconds": delay}}))
             raise SuspendExecution(f"step {rec.name or rec.id!r} retries in {delay}s",
                                    rec.next_attempt_ms, rec.id)
         rec.status, rec.ended_ms = OpStatus.FAILED, self.now_ms()
-        await inv.save(rec, inv.event("StepFailed", rec, {
+        await inv.save(rec, *started, inv.event("StepFailed", rec, {
             "Error": error_payload(err), "RetryDetails": {"CurrentAttempt": attempt}}))
         raise StepError.from_error_object(err)
 
