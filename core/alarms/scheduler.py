@@ -20,7 +20,7 @@ from alarmtop.core.alarms.window import DueWindow
 from alarmtop.core.clock import Clock, Wakeup
 from alarmtop.core.events import EventBus
 from alarmtop.core.logs import ALARM_LOG, log_event
-from alarmtop.core.storage.interface import AlarmIndex
+from alarmtop.core.storage.interface import AlarmIndex, ExtraWrite
 
 _PENDING = object()
 FireFn = Callable[[AlarmRecord], Awaitable[None]]
@@ -92,16 +92,20 @@ class AlarmScheduler:
         rec = await self.lookup(key)
         return rec.user_view() if rec is not None else None
 
-    async def commit(self, key: AlarmKey, tr: P.Transition) -> AlarmRecord | None:
-        """Make a transition durable, then visible (window, events, wake the loop)."""
+    async def commit(self, key: AlarmKey, tr: P.Transition,
+                     extra: ExtraWrite | None = None) -> AlarmRecord | None:
+        """Make a transition durable, then visible (window, events, wake the loop).
+
+        `extra` (other tables of the runtime database) commits in the same transaction.
+        """
         if self._loading:
             self._changed[key] = _PENDING
         rec = tr.record
         if rec is None:
-            await self.index.write((), (key,))
+            await self.index.write((), (key,), extra)
             self.window.remove(key)
         else:
-            await self.index.write((rec,))
+            await self.index.write((rec,), (), extra)
             self.window.put(rec)
         if self._loading:
             self._changed[key] = rec

@@ -62,6 +62,7 @@ class ExecutionObject(DurableObject):
     def __init__(self, ctx: ObjectContext, env: Any) -> None:
         super().__init__(ctx, env)
         self._state: _Loaded | None = None
+        self._in_alarm = False  # an alarm attempt is running (it commits the alarm)
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -101,21 +102,44 @@ class ExecutionObject(DurableObject):
                     events: Sequence[dict[str, Any]] = ()) -> None:
         await self._queue(st, ops, events)
 
-    async def _rearm(self, st: _Loaded) -> None:
-        """Point the alarm at the next thing the service must do, or clear it."""
+    def _next_alarm(self, st: _Loaded) -> int | None:
+        """The next thing the service must do for the execution, if anything."""
         rec = st.record
         if rec.finished:
-            await self.ctx.storage.delete_alarm()
-            return
+            return None
         times = [t for op in st.ops.values() for t in op.deadlines()]
         if rec.timeout_s:
             times.append(rec.created_ms + rec.timeout_s * 1000)
         if rec.invoke_requested and not rec.human_hold:
             times.append(self.ctx.now_ms())
-        if times:
-            await self.ctx.storage.set_alarm(min(times))
-        else:
+        return min(times) if times else None
+
+    async def _rearm(self, st: _Loaded) -> None:
+        """Point the alarm at `_next_alarm` when the running alarm attempt ends."""
+        at = self._next_alarm(st)
+        if at is None:
             await self.ctx.storage.delete_alarm()
+        else:
+            await self.ctx.storage.set_alarm(at)
+
+    async def _save_and_rearm(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
+                              events: Sequence[dict[str, Any]] = ()) -> None:
+        """Checkpoint, and point the alarm at what comes next, in one transaction.
+
+        Inside the alarm the attempt's own end commits the alarm (a death before it
+        leaves the attempt running, and it runs again); elsewhere (calls from outside)
+        nothing else would, so the two must not be separate commits."""
+        if self._in_alarm:
+            await self._save(st, ops, events)
+            await self._rearm(st)
+            return
+        st.record.updated_ms = self.ctx.now_ms()
+        for op in ops:
+            st.ops[op.id] = op
+        at = self._next_alarm(st)
+        write = self.engine.store.checkpoint_write(st.record.id, st.record, ops, events)
+        await self.engine.commit_with_alarm(self.ctx.id, at, write)
+        self.ctx.storage._alarm_committed(at)
 
     # -- RPC: start -----------------------------------------------------------------------
 
@@ -136,14 +160,20 @@ class ExecutionObject(DurableObject):
         details: dict[str, Any] = {"Input": payload(input_text)}
         if timeout_s:
             details["ExecutionTimeout"] = timeout_s
-        await self._save(st, [], [self._event(st, "ExecutionStarted", None, details)])
+        await self._save_and_rearm(st, [], [self._event(st, "ExecutionStarted", None, details)])
         self.engine.announce(rec, "execution.started")
-        await self.ctx.storage.set_alarm(now)
         return {"execution_id": self.ctx.id, "created": True}
 
     # -- the alarm: timers, then one invocation -------------------------------------------
 
     async def alarm(self, info: AlarmInfo) -> None:
+        self._in_alarm = True
+        try:
+            await self._alarm()
+        finally:
+            self._in_alarm = False
+
+    async def _alarm(self) -> None:
         st = await self._load()
         if st is None or st.record.finished:
             return
@@ -280,10 +310,9 @@ class ExecutionObject(DurableObject):
         else:
             events.append(self._event(st, "ExecutionFailed", None,
                                       {"Error": error_payload(error)}))
-        await self._save(st, changed, events)
+        await self._save_and_rearm(st, changed, events)
         self.engine.announce(rec, f"execution.{status.value}",
                              error=(error or {}).get("ErrorMessage"))
-        await self._rearm(st)
         if rec.parent:
             await self.engine.child_finished(rec)
 
@@ -304,8 +333,7 @@ class ExecutionObject(DurableObject):
         if kind == "heartbeat":
             if op.heartbeat_timeout_s:
                 op.heartbeat_at_ms = now + op.heartbeat_timeout_s * 1000
-                await self._save(st, [op])
-                await self._rearm(st)
+                await self._save_and_rearm(st, [op])
             return {"status": "STARTED"}
         if kind == "success":
             op.status, op.result = OpStatus.SUCCEEDED, result
@@ -315,8 +343,7 @@ class ExecutionObject(DurableObject):
             ev = self._event(st, "CallbackFailed", op, {"Error": error_payload(error)})
         op.ended_ms = now
         st.record.invoke_requested = True
-        await self._save(st, [op], [ev])
-        await self._rearm(st)
+        await self._save_and_rearm(st, [op], [ev])
         return {"status": op.status.value}
 
     # -- RPC: child executions (invoke) ---------------------------------------------------
@@ -335,8 +362,7 @@ class ExecutionObject(DurableObject):
             op.status, op.error = OpStatus.FAILED, error
             ev = self._event(st, "ChainedInvokeFailed", op, {"Error": error_payload(error)})
         st.record.invoke_requested = True
-        await self._save(st, [op], [ev])
-        await self._rearm(st)
+        await self._save_and_rearm(st, [op], [ev])
 
     # -- RPC: operators -------------------------------------------------------------------
 
@@ -351,8 +377,7 @@ class ExecutionObject(DurableObject):
                                              self.ctx.now_ms())
         ev = self._event(st, "CallbackSucceeded", op, {"Result": payload(op.result)})
         st.record.invoke_requested = True
-        await self._save(st, [op], [ev])
-        await self._rearm(st)
+        await self._save_and_rearm(st, [op], [ev])
 
     async def operate(self, action: str, text: str | None, actor: str) -> dict[str, Any]:
         st = await self._state_or_fail()
@@ -372,8 +397,7 @@ class ExecutionObject(DurableObject):
                 await self._decide(st, human, {"action": "resolve", "note": text, "by": actor})
             elif rec.human_hold:
                 rec.human_hold, rec.invoke_requested = None, True
-                await self._save(st)
-                await self._rearm(st)
+                await self._save_and_rearm(st)
             else:
                 raise InvalidExecutionState(
                     f"execution {rec.id!r} is {rec.status.value}; resolve applies to an execution "

@@ -92,6 +92,23 @@ class ExecutionEngine:
                 f"{sorted(versions) or 'none'}); register it again to let them finish")
         return versions[version]
 
+    async def commit_with_alarm(self, execution_id: str, at_ms: int | None,
+                                write: Callable[[Any], None]) -> None:
+        """Commit an execution's checkpoint and its alarm in one transaction.
+
+        Two commits would leave a window: a death after the log and before the alarm
+        left an execution that had asked to run with nothing to wake it."""
+        from alarmtop.core.alarms import policy
+        sched, key = self.runtime.scheduler, (EXECUTION_CLASS, execution_id)
+        if at_ms is not None:
+            await sched.commit(key, policy.set_alarm(key, at_ms), extra=write)
+            return
+        old = await sched.lookup(key)
+        if old is not None:
+            await sched.commit(key, policy.delete_alarm(old), extra=write)
+        else:
+            await self.store.submit(write)
+
     def announce(self, rec: ExecutionRecord, type_: str, **data: Any) -> None:
         self.runtime.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
                                          "status": rec.status.value, **data})

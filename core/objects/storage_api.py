@@ -105,6 +105,11 @@ class Storage:
         self._alarm_dirty = False
         return change
 
+    def _alarm_committed(self, at_ms: int | None) -> None:
+        """The runtime committed this alarm for the object during the event (with other
+        writes, in one transaction): the object sees it, the event's end has no change."""
+        self._alarm, self._alarm_known, self._alarm_dirty = at_ms, True, False
+
     def _forget_alarm(self) -> None:
         self._alarm_known = self._alarm_dirty = False
 

@@ -8,11 +8,14 @@ assume SQLite or a single process.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
+
+# A write of the backend's own tables, given the backend's connection.
+ExtraWrite = Callable[[Any], None]
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,13 @@ class AlarmIndex(Protocol):
 
     async def close(self) -> None: ...
 
-    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = ()) -> None:
-        """Store records and remove keys, durably; concurrent calls share commits."""
+    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = (),
+                    extra: ExtraWrite | None = None) -> None:
+        """Store records and remove keys, durably; concurrent calls share commits.
+
+        `extra` writes the backend's other tables (execution logs) in the same
+        transaction: a log and the alarm that acts on it land together or not at all.
+        """
         ...
 
     async def get(self, key: AlarmKey) -> AlarmRecord | None: ...

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -28,6 +28,13 @@ class SqliteExecutionStore:
                    ops: Sequence[OperationRecord] = (),
                    events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]:
         """Queue a checkpoint now (its place among writes is fixed); await it for durability."""
+        return self._db.submit(extra=self.checkpoint_write(execution_id, record, ops, events))
+
+    @staticmethod
+    def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
+                         ops: Sequence[OperationRecord] = (),
+                         events: Sequence[dict[str, Any]] = ()) -> WriteFn:
+        """A checkpoint as a write to commit with others (the rows are taken now)."""
         rec_row = None if record is None else (
             record.id, record.name, record.version, record.status.value, record.created_ms,
             record.updated_ms, _dumps(record.to_dict()))
@@ -45,6 +52,9 @@ class SqliteExecutionStore:
                 conn.executemany("INSERT INTO history (execution_id, event_id, data) "
                                  "VALUES (?,?,?)", ev_rows)
 
+        return write
+
+    def submit(self, write: WriteFn) -> asyncio.Future[None]:
         return self._db.submit(extra=write)
 
     async def flush(self) -> None:

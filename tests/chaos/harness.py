@@ -193,8 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"time: {time.monotonic() - started:.0f} s")
     for v in report.violations[:50]:
         print(f"  VIOLATION: {v}")
-    for v in report.known[:20]:
-        print(f"  {v}")
     if report.violations:
         print(f"FAILED with seed {seed}; data kept in {workdir}; "
               f"reproduce: {repro(seed, args.kills)}")

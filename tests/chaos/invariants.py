@@ -65,9 +65,6 @@ class Report:
     fires: int = 0
     dead_letters: int = 0
     violations: list[str] = field(default_factory=list)
-    # Violations explained by a bug already reported (with a strict-xfail reproduction);
-    # listed apart so that a new bug is not drowned by a known one.
-    known: list[str] = field(default_factory=list)
 
     def add(self, message: str) -> None:
         self.violations.append(message)
@@ -77,8 +74,7 @@ class Report:
                 f"({self.fires} handler runs, {self.dead_letters} dead letters); "
                 f"steps checked: {self.steps_checked} in {self.executions_checked} executions; "
                 f"storage writes checked: {self.writes_checked}; keyed deliveries checked: "
-                f"{self.deliveries_checked}; violations found: {len(self.violations)}"
-                + (f" (+{len(self.known)} from known bugs)" if self.known else ""))
+                f"{self.deliveries_checked}; violations found: {len(self.violations)}")
 
 
 class Record:
@@ -323,20 +319,10 @@ def _payload(event: dict[str, Any]) -> Any:
     return None if text is None else json.loads(text)
 
 
-KNOWN_STUCK = ("known bug (tests/chaos/test_crash_windows.py): the call was cut off between "
-               "the execution's log commit and its alarm commit, and nothing wakes the "
-               "execution (no alarm, or only its old far deadline): ")
-
-
 def check_executions(rec: Record, state: dict[str, Any], seed: int,
-                     report: Report) -> set[str]:
-    """Check every execution; returns those stuck by the known bug."""
+                     report: Report) -> None:
+    """Check every execution: finished, waiting or with a human, and as planned."""
     starts = {op.args["exec"]: op for op in rec.ops.values() if op.what == "start"}
-    stuck: set[str] = set()
-    horizon = state["now_ms"] + SETTLE_HORIZON_MS
-    # Executions whose alarm would wake them before the end of the run.
-    awake = {a["object_name"] for a in state["alarms"] if a["object_class"] == "Execution"
-             and a["next_attempt_ms"] is not None and a["next_attempt_ms"] < horizon}
     for eid, op in sorted(starts.items()):
         d = state["executions"].get(eid)
         if d is None:
@@ -345,22 +331,14 @@ def check_executions(rec: Record, state: dict[str, Any], seed: int,
             continue
         report.executions_checked += 1
         _check_steps(rec, eid, d, report)
-        found = Report()
         if d["status"] not in ("succeeded", "failed", "needs_human", "suspended"):
-            found.add(f"execution neither finished, waiting nor with a human: {eid} is "
-                      f"{d['status']} ({d.get('blocked_on')})")
+            report.add(f"execution neither finished, waiting nor with a human: {eid} is "
+                       f"{d['status']} ({d.get('blocked_on')})")
         elif d["name"] == FESTIVAL:
-            _check_festival(eid, d, festival_plan(seed, eid), found)
+            _check_festival(eid, d, festival_plan(seed, eid), report)
         elif d["name"] == TRIP:
-            _check_trip(eid, d, hotel_failures(seed, eid), found)
-        calls = rec.by_obj.get(f"Execution/{eid}", [])
-        if found.violations and calls and not calls[-1].acked and eid not in awake:
-            report.known.extend(KNOWN_STUCK + v for v in found.violations)
-            stuck.add(eid)
-        else:
-            report.violations.extend(found.violations)
+            _check_trip(eid, d, hotel_failures(seed, eid), report)
     _check_deliveries(rec, state, report)
-    return stuck
 
 
 def _check_steps(rec: Record, eid: str, d: dict[str, Any], report: Report) -> None:
@@ -502,12 +480,7 @@ def check(lines: list[dict[str, Any]], state: dict[str, Any], seed: int,
     check_writers(rec, state, report)
     check_counters(rec, state, report)
     check_leases(rec, state, report)
-    stuck = check_executions(rec, state, seed, report)
+    check_executions(rec, state, seed, report)
     for _, line in rec.kind["nack"]:
-        message = f"a call failed with an error: {line['op']} {line['error']}"
-        obj = rec.ops[line["op"]].obj
-        if obj.startswith("Execution/") and obj[len("Execution/"):] in stuck:
-            report.known.append(KNOWN_STUCK + message)  # e.g. a retry refused afterwards
-        else:
-            report.add(message)
+        report.add(f"a call failed with an error: {line['op']} {line['error']}")
     return report

@@ -137,7 +137,7 @@ def leave_execution_running(lines: Lines, state: State) -> str:
     for line in lines:
         if line["k"] == "intent" and line["obj"].startswith("Execution/"):
             last[line["obj"][len("Execution/"):]] = line["op"]
-    # One whose last call was acknowledged (else a stuck execution is the known bug).
+    # One whose last call was acknowledged (an unacknowledged one may not have happened).
     eid = _first(sorted(state["executions"]), lambda e: state["executions"][e] is not None
                  and last.get(e) in acked, "execution")
     state["executions"][eid]["status"] = "running"

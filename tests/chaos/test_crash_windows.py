@@ -1,22 +1,19 @@
-"""A process death between the two commits of one call to an execution.
+"""A process death right after a call to an execution commits its log.
 
 Starting an execution, completing its callback and an operator's retry each
-commit the execution's log first and its alarm (the wake-up that runs the next
-invocation) at the end of the event, in a second commit. The chaos harness
-found executions stuck after a SIGKILL landed between the two; these tests make
-the process exit at exactly that instant (`window_worker.py`), restart it on the
-same data, and expect the execution to carry on, as it would had the kill come a
-moment earlier or later.
-
-Known bug: today the execution is left without an alarm and never runs again:
-a start stays `running`, a recorded callback result stays `suspended` (sending it
-again is refused as already completed), a retried compensation stays
-`needs_human` (retrying again is refused). Hence strict xfail.
+write the execution's log and point its alarm at the next invocation. The chaos
+harness once found executions stuck after a SIGKILL: the two were separate
+commits, and a death between them left no alarm. They now share one commit;
+these tests make the process exit the instant the call's log is durable
+(`window_worker.py`), restart it on the same data, and expect the execution to
+carry on, as it would had the kill come a moment earlier or later.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +25,6 @@ from tests.chaos.window_worker import DIE_CODE
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 30.0
 FINISHED = {"start": "started", "callback": "answered", "operator_retry": "compensated"}
-BUG = ("an execution RPC commits its log and its alarm separately; a crash between the two "
-       "leaves the execution without an alarm, stuck for good (core/durable/engine.py)")
 
 
 def worker(phase: str, data: Path, case: str) -> subprocess.CompletedProcess[str]:
@@ -58,6 +53,11 @@ def test_execution_carries_on_after_a_death_between_log_and_alarm(tmp_path: Path
     its call (what a client does when the server died under it) does no harm."""
     data = tmp_path / "data"
     die_in_the_window(data, case)
+    # Before any restart (and its recovery pass) runs: the alarm is on disk already.
+    with contextlib.closing(sqlite3.connect(data / "runtime.sqlite")) as db:
+        alarm = db.execute("SELECT state FROM alarms WHERE object_class = 'Execution' AND "
+                           "object_name = 'w1'").fetchone()
+    assert alarm is not None, "the call's log is durable but the alarm that acts on it is not"
     alone = last_json(worker("resume", data, case))
     again = last_json(worker("resume-again", data, case))
     want = ("succeeded", FINISHED[case])

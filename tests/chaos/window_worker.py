@@ -1,15 +1,17 @@
 """A runtime process that dies at one exact instant, for `test_crash_windows.py`.
 
-An RPC to an execution object writes the execution's log (one commit) and then,
-at the end of the event, its alarm (another commit). This worker makes the
-process exit with `os._exit` right between the two: after the log commit, before
-the alarm commit, as a SIGKILL landing there would.
+A call to an execution object (start, callback result, operator retry) writes the
+execution's log and points its alarm at the next invocation. This worker makes the
+process exit with `os._exit` the instant the call's log is durable, right after
+the commit that carries it and before anything else runs, as a SIGKILL landing
+there would. The log and the alarm used to be two commits, and a death between
+them left the execution with nothing to wake it.
 
 Run as ``python -m tests.chaos.window_worker PHASE DATA CASE``:
 
 - ``prepare``: bring the execution of CASE to the point where the call is due
   (waiting for a callback, or for a human), then stop cleanly.
-- ``die``: make the call of CASE and exit (code 70) between the two commits.
+- ``die``: make the call of CASE and exit (code 70) right after its log commits.
 - ``resume``: a new process on the same data; optionally repeat the call the
   way a client retries it; wait (bounded) for the execution to finish and print
   one JSON line with its status.
@@ -101,14 +103,18 @@ async def prepare(data: Path, case: str) -> None:
 async def die(data: Path, case: str) -> None:
     rt = _runtime(data)
     await rt.start()
-    original = rt.scheduler.set_from_object
+    index = rt.backend.alarm_index
+    before = await rt.executions.engine.store.max_event_id(EID)
+    real_apply = index._apply  # type: ignore[attr-defined]
 
-    async def set_from_object(key: tuple[str, str], at_ms: int | None) -> None:
-        if key == ("Execution", EID):
-            os._exit(DIE_CODE)  # the log is committed; the alarm never will be
-        await original(key, at_ms)
+    def apply(final: Any, extras: Any = ()) -> None:
+        real_apply(final, extras)  # committed (on the database thread)
+        row = index.conn.execute(  # type: ignore[attr-defined]
+            "SELECT max(event_id) FROM history WHERE execution_id = ?", (EID,)).fetchone()
+        if (row[0] or 0) > before:
+            os._exit(DIE_CODE)  # the call's log is durable; nothing after it happens
 
-    rt.scheduler.set_from_object = set_from_object  # type: ignore[method-assign]
+    index._apply = apply  # type: ignore[attr-defined]
     FAILING["fail"] = False
     await _call(rt, case)
     raise SystemExit("the call returned: the window was not reached")
