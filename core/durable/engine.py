@@ -377,6 +377,9 @@ class ExecutionObject(DurableObject):
                                              self.ctx.now_ms())
         ev = self._event(st, "CallbackSucceeded", op, {"Result": payload(op.result)})
         st.record.invoke_requested = True
+        if st.record.status is ExecutionStatus.NEEDS_HUMAN and not st.record.human_hold:
+            # Decided: the human no longer holds it up, and its next invocation is due now.
+            st.record.status, st.record.blocked_on = ExecutionStatus.RUNNING, None
         await self._save_and_rearm(st, [op], [ev])
 
     async def operate(self, action: str, text: str | None, actor: str) -> dict[str, Any]:

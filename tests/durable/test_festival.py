@@ -146,6 +146,9 @@ async def test_failing_compensation_goes_to_a_human_then_retry_finishes(
     assert [f["StepFailedDetails"]["RetryDetails"]["CurrentAttempt"] for f in failed] == [1, 2, 3]
 
     await rt.executions.retry_compensation(EID, actor="alice")
+    # Before the retry has run: no longer waiting for a human, due to run now.
+    d = await rt.executions.describe(EID)
+    assert (d["status"], d["blocked_on"]) == ("running", None)
     await clock.advance(0)
     d = await rt.executions.describe(EID)
     assert d["status"] == "succeeded"
