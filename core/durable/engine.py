@@ -247,12 +247,16 @@ class ExecutionObject(DurableObject):
         inv.announce = engine.announce_history
         inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
-        suspended: SuspendExecution | None = None
+        # Why it suspended (None: it did not). The reason, not the exception: kept in
+        # this frame, the exception and its traceback (which holds this frame) would
+        # form a cycle that keeps the execution's whole object graph until a full
+        # garbage collection, and those collections were the tail of wake lateness.
+        suspended: str | None = None
         try:
             value = await fn.fn(json.loads(rec.input), DurableContext(inv))
             outcome = (ExecutionStatus.SUCCEEDED, json.dumps(value), None)
         except SuspendExecution as exc:
-            suspended = exc
+            suspended = exc.reason
             human = exc.op_id is not None and st.ops.get(exc.op_id, None) is not None and \
                 st.ops[exc.op_id].sub_type == HUMAN
             outcome = (ExecutionStatus.NEEDS_HUMAN if human else ExecutionStatus.SUSPENDED,
@@ -285,9 +289,9 @@ class ExecutionObject(DurableObject):
             "RequestId": f"{rec.id}/{rec.invocations}"})]
         status, result, error = outcome
         if suspended is not None:
-            rec.status, rec.blocked_on = status, suspended.reason
+            rec.status, rec.blocked_on = status, suspended
             await self._save(st, [], events)
-            engine.announce(rec, f"execution.{status.value}", reason=suspended.reason)
+            engine.announce(rec, f"execution.{status.value}", reason=suspended)
             await self._rearm(st)
             return
         await self._finish(st, status, result, error, events, [])
