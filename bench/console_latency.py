@@ -33,7 +33,10 @@ the console process's memory (RSS now and peak) and how many alarms its state ho
 console process and a fresh server process on a copy of the same filled data.
 
     .venv/bin/python bench/console_latency.py [--quick] [--repeats 3] [--rate 1000]
-        [--pending 100000]
+        [--pending 100000] [--profile out.html]
+
+`--profile` makes one run of the first rate with the console process under
+pyinstrument (HTML there, text beside it); its latencies are then inflated.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from common import (
     peak_rss_mb,
     percentile,
     run_child,
+    run_child_body,
     work_dir,
 )
 from fanout import Plan, Ticker, loadavg
@@ -127,16 +131,28 @@ async def serve(data: Path, rate: float, objects: int) -> None:
 # -- the console process -----------------------------------------------------------------
 
 
+class Notices(list[str]):
+    """A `message_hook` for `run_test`: what the console told the operator (a failed
+    fetch, say), for a press that never shows to report."""
+
+    def __call__(self, message: Any) -> None:
+        from textual.notifications import Notify
+
+        if isinstance(message, Notify):
+            self.append(str(message.notification.message))
+
+
 class Repaints:
     """Wraps `app._display`: resolves the waiting press at the first repaint showing it."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, notices: Notices) -> None:
         self.app = app
         self.original = app._display
         self.check: Callable[[Any], bool] | None = None
         self.shown = asyncio.Event()
         self.at = 0.0
         self.count = 0
+        self.notices = notices
         app._display = self._display
 
     def _display(self, screen: Any, renderable: Any) -> None:
@@ -163,7 +179,9 @@ class Repaints:
             await asyncio.wait_for(self.shown.wait(), PRESS_TIMEOUT_S)
         except TimeoutError:
             raise SystemExit(f"key {key!r}: no repaint showed it within "
-                             f"{PRESS_TIMEOUT_S:g} s") from None
+                             f"{PRESS_TIMEOUT_S:g} s (console running: "
+                             f"{self.app.is_running}; its last notices: "
+                             f"{self.notices[-3:]})") from None
         return (self.at - t0) * 1000
 
 
@@ -185,7 +203,7 @@ def console_child(opts: dict[str, Any]) -> dict[str, float]:
         url = server.stdout.readline().strip()
         if not url.startswith("ws://"):
             raise SystemExit(f"server failed to start: {url!r}")
-        return asyncio.run(console_run(opts, url))
+        return run_child_body(console_run(opts, url), opts.get("profile"))
     finally:
         server.stdin.close()  # the server stops when its stdin closes
         server.wait(timeout=30)
@@ -203,11 +221,12 @@ async def console_run(opts: dict[str, Any], url: str) -> dict[str, float]:
     down, page, views = array("d"), array("d"), array("d")
     first_views: list[float] = []
     result: dict[str, float] = {}
-    async with app.run_test(size=SIZE):
+    notices = Notices()
+    async with app.run_test(size=SIZE, message_hook=notices):
         t_connect = time.perf_counter()
         await until(lambda: app.state.connected and bool(app.state.counts), "the snapshot")
         connect_ms = (time.perf_counter() - t_connect) * 1000
-        rp = Repaints(app)
+        rp = Repaints(app, notices)
         await rp.press("2", lambda s: isinstance(s, AlarmsScreen))
         screen = app.screen
         assert isinstance(screen, AlarmsScreen)
@@ -330,11 +349,15 @@ def main() -> None:
                         help="alarms/s firing meanwhile, comma-separated runs "
                              "(quick: 1000; full: 0,1000)")
     parser.add_argument("--objects", type=int, default=1000, help="objects that fire")
+    parser.add_argument("--profile", default=None,
+                        help="profile the console in one run of the first rate "
+                             "(pyinstrument, .html)")
     args = parser.parse_args()
     if args.child:
         emit_child(console_child(json.loads(args.child)))
         return
     rates = [float(r) for r in (args.rate or ("1000" if args.quick else "0,1000")).split(",")]
+    rates = rates[:1] if args.profile else rates
     counts = ({"downs": 50, "pages": 5, "rounds": 2} if args.quick
               else {"downs": 50, "pages": 10, "rounds": 3})
     print(f"{os.cpu_count()} CPUs, load average {loadavg()}", file=sys.stderr)
@@ -350,10 +373,11 @@ def main() -> None:
         for rate in rates:
             table = Table(f"console keypress to repaint: {args.pending:,} pending alarms, "
                           f"{rate:,.0f} alarms/s firing, size {SIZE[0]}x{SIZE[1]}")
-            for i in range(max(3, args.repeats)):
+            for i in range(1 if args.profile else max(3, args.repeats)):
                 data = root / f"run{i}"
                 shutil.copytree(base, data)
-                opts = {"dir": str(data), "rate": rate, "objects": args.objects, **counts}
+                opts = {"dir": str(data), "rate": rate, "objects": args.objects,
+                        "profile": args.profile, **counts}
                 try:
                     result = run_child(__file__, ["--child", json.dumps(opts)])
                 finally:

@@ -2,7 +2,8 @@
 
 One Screen per view, switched with MODES. The feed is one exclusive worker that
 connects, merges frames into `ConsoleState` and reconnects with backoff when the
-server goes away; every view redraws from that state. Commands go through
+server goes away; the current view redraws from that state when `RedrawPacer`
+says so (at most once per server tick, keys first). Commands go through
 `command()`, which refuses in read-only mode and shows the server's answer.
 """
 
@@ -12,12 +13,15 @@ import asyncio
 import time
 from typing import Any, ClassVar
 
-from textual import work
+from textual import events, work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.timer import Timer
 
+from alarmtop.tui import collector
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
+from alarmtop.tui.pacing import RedrawPacer
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
 from alarmtop.tui.screens.dialogs import TextDialog
 from alarmtop.tui.screens.executions import ExecutionsScreen
@@ -67,16 +71,39 @@ class AlarmtopApp(App[None]):
         self.read_only = read_only
         self.state = ConsoleState()
         self.filter_text = ""
+        self.pacer = RedrawPacer()
+        self._pace_timer: Timer | None = None
 
     def on_mount(self) -> None:
         self.feed()
-        # Countdowns move between frames: redraw on the server's time plus what passed here.
-        self.set_interval(0.5, self._tick)
+        self._pace()
 
-    def _tick(self) -> None:
-        if self.state.connected:
-            self.state.advance_local(time.monotonic())
-            self._redraw()
+    def on_unmount(self) -> None:
+        collector.thaw()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown)):
+            self.pacer.key(self._pace_clock())
+        await super().on_event(event)
+
+    def _pace_clock(self) -> float:
+        # The loop's clock, not `time.monotonic()`: tests freeze the latter (countdowns).
+        return asyncio.get_running_loop().time()
+
+    def _pace(self) -> None:
+        """Redraw if the pacer says it is time, then sleep until it will be."""
+        now = self._pace_clock()
+        if self.pacer.wait(now) == 0:
+            stale = self.pacer.stale
+            self.pacer.drawn(now)
+            if stale:  # on the time the frame carries
+                self._redraw()
+            elif self.state.connected:  # countdowns move between frames
+                self.state.advance_local(time.monotonic())
+                self._redraw()
+        if self._pace_timer is not None:
+            self._pace_timer.stop()
+        self._pace_timer = self.set_timer(self.pacer.wait(now), self._pace, name="redraw")
 
     @work(exclusive=True, group="feed")
     async def feed(self) -> None:
@@ -88,7 +115,8 @@ class AlarmtopApp(App[None]):
                 backoff = 0.5
                 async for frame in self.client.frames():
                     if self.state.apply(frame, time.monotonic()):
-                        self._redraw()
+                        self.pacer.changed()
+                        self._pace()
                     if frame.get("type") == "snapshot":
                         self._reload_view()  # after a reconnect pages may be stale
             except CommandError as exc:  # a bad token will not get better by retrying

@@ -295,8 +295,12 @@ async def until(pilot: Pilot[Any], check: Callable[[], object], what: str) -> No
 
 
 async def fed(pilot: Pilot[Any]) -> None:
-    """Every fixed frame has been merged (the fake sends nothing after the last one)."""
-    await until(pilot, lambda: pilot.app.state.seq == LAST_SEQ, "the last fixed frame")  # type: ignore[attr-defined]
+    """Every fixed frame has been merged and drawn (the fake sends nothing after the
+    last one; the console draws frames at its own pace)."""
+    app = pilot.app
+    assert isinstance(app, AlarmtopApp)
+    await until(pilot, lambda: app.state.seq == LAST_SEQ and not app.pacer.stale,
+                "the last fixed frame, drawn")
 
 
 def rows(pilot: Pilot[Any], selector: str) -> int:

@@ -59,9 +59,10 @@ def run(app: AlarmtopApp, rec: Recorder) -> Any:
 
 
 async def connected(pilot: Pilot) -> None:
-    """The welcome and the snapshot are in, and the delta announcing us too."""
-    state = pilot.app.state
-    await until(pilot, lambda: state.connected and any(
+    """The welcome and the snapshot are in, and the delta announcing us too, and the
+    console has drawn them (it draws frames at its own pace)."""
+    state, pacer = pilot.app.state, pilot.app.pacer
+    await until(pilot, lambda: state.connected and not pacer.stale and any(
         e["type"] == "viewer.connected" for e in state.events), "the first frames")
 
 

@@ -13,9 +13,10 @@ from textual.widgets import DataTable, Static
 
 from alarmtop.tui.formatting import duration, first_line, relative
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import Sorting, fill_table, selected_key
-from alarmtop.tui.screens.overview import ALARM_COLUMNS, add_columns, alarm_rows
+from alarmtop.tui.screens.base import Sorting, selected_key
+from alarmtop.tui.screens.overview import ALARM_COLUMNS, add_columns, alarm_rows, state_table
 from alarmtop.tui.state import ConsoleState
+from alarmtop.tui.widgets.table import ConsoleTable
 
 PAGE = 100
 
@@ -53,9 +54,10 @@ class AlarmsScreen(ActionsMixin):
         self.rows: dict[str, dict[str, Any]] = {}
         self.detail: dict[str, Any] | None = None  # the selected alarm, all attempts
         self.sorting = Sorting()
+        self._attempts_shown: Text | None = None
 
     def body(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="alarm-page", cursor_type="row")
+        table = state_table("alarm-page")
         table.border_title = self.TITLE_TEXT
         add_columns(table, ALARM_COLUMNS)
         with Horizontal():
@@ -76,8 +78,8 @@ class AlarmsScreen(ActionsMixin):
         for ref in list(self.rows):
             if ref in state.alarms:  # deltas keep the page live between reloads
                 self.rows[ref] = state.alarms[ref]
-        table = self.query_one("#alarm-page", DataTable)
-        fill_table(table, self.sorting.apply(alarm_rows(list(self.rows.values()), state.now_ms)))
+        table = self.query_one("#alarm-page", ConsoleTable)
+        table.show(self.sorting.apply(alarm_rows(list(self.rows.values()), state.now_ms)))
         end = min(self.page_offset + PAGE, self.total)
         table.border_subtitle = (f"{self.page_offset + 1 if self.total else 0}-{end} of "
                                  f"{self.total:,}  (/ filter)")
@@ -96,7 +98,7 @@ class AlarmsScreen(ActionsMixin):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self._show_attempts()
-        self.refresh_bindings()
+        self.refresh_actions()
 
     def _show_attempts(self) -> None:
         """The selected alarm with every attempt: deltas carry only the latest ones, so
@@ -110,8 +112,10 @@ class AlarmsScreen(ActionsMixin):
                 row = {**row, "attempts": full["attempts"]}
             elif len(row.get("attempts") or []) < total:
                 self.load_detail(ref)
-        self.query_one("#attempts", Static).update(
-            attempts_text(row, self.console.state.now_ms))
+        text = attempts_text(row, self.console.state.now_ms)
+        if text != self._attempts_shown:  # most redraws leave it as it is
+            self._attempts_shown = text
+            self.query_one("#attempts", Static).update(text)
 
     @work(exclusive=True, group="attempts")
     async def load_detail(self, ref: str) -> None:

@@ -1,52 +1,31 @@
-"""What every console view shares: the status bar, the footer, table filling."""
+"""What every console view shares: the status bar, the footer, sorting, selection."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult, ScreenStackError
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker
 
+from alarmtop.tui import collector
 from alarmtop.tui.formatting import EXEC_STYLE, STATE_STYLE
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.status_bar import StatusBar
+from alarmtop.tui.widgets.table import Row
 
 if TYPE_CHECKING:
     from alarmtop.tui.app import AlarmtopApp
-
-Row = tuple[str, Sequence[Any]]
 
 
 def styled_state(label: str) -> Text:
     style = STATE_STYLE.get(label) or EXEC_STYLE.get(label.lower(), "")
     return Text(f" {label} ", style=style)
-
-
-def fill_table(table: DataTable[Any], rows: Iterable[Row]) -> None:
-    """Show `rows` (key, cells) in order, touching only the cells that changed."""
-    rows = list(rows)
-    keys = [k for k, _ in rows]
-    current = [str(k.value) for k in table.rows]
-    if current != keys:
-        cursor = table.cursor_row
-        table.clear()
-        for key, cells in rows:
-            table.add_row(*cells, key=key)
-        if rows:
-            table.move_cursor(row=min(cursor, len(rows) - 1))
-        return
-    columns = list(table.columns)
-    for key, cells in rows:
-        old = table.get_row(key)
-        for col, (before, after) in zip(columns, zip(old, cells, strict=False), strict=False):
-            if str(before) != str(after):
-                table.update_cell(key, col, after)
 
 
 class Sorting:
@@ -85,8 +64,44 @@ def selected_key(table: DataTable[Any]) -> str | None:
     return None if key.value is None else str(key.value)
 
 
+def _a_screen_is_up(app: App[Any]) -> bool:
+    try:
+        return app.screen is not None
+    except ScreenStackError:
+        return False
+
+
 class ConsoleScreen(Screen[None]):
     """A view: status bar on top, footer with its keys below."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._footer_keys: tuple[tuple[str, bool], ...] | None = None
+        if _a_screen_is_up(self.app):
+            # Textual restyles the whole app, re-parsing every stylesheet (30-50 ms),
+            # when it shows a screen styled before the last theme change; a new screen
+            # counts as such, so a view's first visit paid for that twice. Once a first
+            # screen is up the stylesheet is complete, and a new view is styled as it
+            # mounts. (The first screen does need it: theme variables come that way.)
+            self._css_update_count = self.app._css_update_count
+
+    def on_mount(self) -> None:
+        # Textual asks the footer to refresh too (on focus changes): what it then shows
+        # is not what we last told it.
+        self.bindings_updated_signal.subscribe(self, self._footer_refreshed, immediate=True)
+        self.call_after_refresh(collector.settle)  # composed: it lives as long as we do
+
+    def _footer_refreshed(self, screen: Screen[Any]) -> None:
+        self._footer_keys = None
+
+    def refresh_actions(self) -> None:
+        """Refresh the footer when an action was enabled or disabled since it was drawn:
+        the footer rebuilds all its keys on every request, so not on every frame or
+        cursor move."""
+        keys = tuple((key, b.enabled) for key, b in self.active_bindings.items())
+        if keys != self._footer_keys:
+            self.refresh_bindings()
+            self._footer_keys = keys
 
     @property
     def console(self) -> AlarmtopApp:

@@ -14,9 +14,15 @@ from textual.widgets import DataTable, Static
 
 from alarmtop.tui.formatting import EXEC_STYLE, SAGA_MARK, first_line, relative
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import Sorting, fill_table, selected_key
-from alarmtop.tui.screens.overview import EXECUTION_COLUMNS, add_columns, execution_rows
+from alarmtop.tui.screens.base import Sorting, selected_key
+from alarmtop.tui.screens.overview import (
+    EXECUTION_COLUMNS,
+    add_columns,
+    execution_rows,
+    state_table,
+)
 from alarmtop.tui.state import ConsoleState
+from alarmtop.tui.widgets.table import ConsoleTable
 
 TIMELINE = 40
 EVENT_STYLE = {"Failed": "red", "TimedOut": "red", "Succeeded": "green", "Started": "cyan",
@@ -87,7 +93,7 @@ class ExecutionsScreen(ActionsMixin):
         self.sorting = Sorting()
 
     def body(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="execution-page", cursor_type="row")
+        table = state_table("execution-page")
         table.border_title = "Executions"
         add_columns(table, (*EXECUTION_COLUMNS[:2], ("waiting on", 40), ("updated", 10)))
         with Horizontal():
@@ -108,8 +114,8 @@ class ExecutionsScreen(ActionsMixin):
         rank = {"needs_human": 0, "failed": 1, "running": 2, "suspended": 3}
         rows = sorted(self.rows.values(), key=lambda r: (rank.get(r["status"], 4),
                                                          -(r.get("updated_ms") or 0)))
-        fill_table(self.query_one("#execution-page", DataTable),
-                   self.sorting.apply(execution_rows(rows, state.now_ms)))
+        self.query_one("#execution-page", ConsoleTable).show(
+            self.sorting.apply(execution_rows(rows, state.now_ms)))
         if self.detail is not None and self.detail["execution_id"] in {
                 r["execution_id"] for r in state.executions.values()}:
             self.load_detail()
@@ -131,4 +137,4 @@ class ExecutionsScreen(ActionsMixin):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.load_detail()
-        self.refresh_bindings()
+        self.refresh_actions()

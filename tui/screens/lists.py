@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime
-from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -17,9 +16,10 @@ from textual.widgets import DataTable, Markdown, RichLog
 from textual.worker import Worker
 
 from alarmtop.tui.formatting import first_line, relative
-from alarmtop.tui.screens.base import ConsoleScreen, fill_table, selected_key
+from alarmtop.tui.screens.base import ConsoleScreen, selected_key
 from alarmtop.tui.screens.dialogs import ConfirmDialog
 from alarmtop.tui.state import ConsoleState
+from alarmtop.tui.widgets.table import ConsoleTable
 
 
 def clock_text(ms: int) -> str:
@@ -28,7 +28,7 @@ def clock_text(ms: int) -> str:
 
 class ObjectsScreen(ConsoleScreen):
     def body(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="object-page", cursor_type="row")
+        table = ConsoleTable(id="object-page")
         table.border_title = "Objects"
         table.add_columns("object", "where", "sockets", "alarm", "alarm state")
         yield table
@@ -43,8 +43,8 @@ class ObjectsScreen(ConsoleScreen):
                                str(r["sockets"]), relative(r["alarm_ms"], now),
                                r["alarm_state"] or "-"]) for r in data["rows"]]
         with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
-            table = self.query_one("#object-page", DataTable)
-            fill_table(table, rows)
+            table = self.query_one("#object-page", ConsoleTable)
+            table.show(rows)
             table.border_subtitle = (f"{data['total']:,} with storage, "
                                      f"{data['resident']:,} live")
 
@@ -54,7 +54,7 @@ class FaultsScreen(ConsoleScreen):
                         id="clear-fault")]
 
     def body(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="fault-table", cursor_type="row")
+        table = ConsoleTable(id="fault-table")
         table.border_title = "Active faults"
         table.add_columns("id", "target", "kind", "remaining", "triggered", "step/point/secs")
         yield table
@@ -67,8 +67,8 @@ class FaultsScreen(ConsoleScreen):
                            " ".join(str(v) for v in (f.get("step"), f.get("point"),
                                                      f.get("seconds")) if v)])
                 for f in state.faults]
-        fill_table(self.query_one("#fault-table", DataTable), rows)
-        self.refresh_bindings()
+        self.query_one("#fault-table", ConsoleTable).show(rows)
+        self.refresh_actions()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "clear_fault":
@@ -85,7 +85,7 @@ class FaultsScreen(ConsoleScreen):
 
 class AuditScreen(ConsoleScreen):
     def body(self) -> ComposeResult:
-        table: DataTable[Any] = DataTable(id="audit-table", cursor_type="row")
+        table = ConsoleTable(id="audit-table")
         table.border_title = "Audit log (who, when, what, why)"
         table.add_columns("when", "who", "role", "action", "target", "ok", "reason")
         yield table
@@ -100,7 +100,7 @@ class AuditScreen(ConsoleScreen):
                                                                                style="red"),
                                  first_line(a["reason"], 40)]) for a in data["rows"]]
         with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
-            fill_table(self.query_one("#audit-table", DataTable), rows)
+            self.query_one("#audit-table", ConsoleTable).show(rows)
 
     def __init__(self) -> None:
         super().__init__()

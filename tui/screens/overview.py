@@ -9,8 +9,9 @@ from textual.widgets import DataTable
 
 from alarmtop.tui.formatting import alarm_cells, execution_cells
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import fill_table, selected_key, styled_state
+from alarmtop.tui.screens.base import selected_key, styled_state
 from alarmtop.tui.state import ConsoleState
+from alarmtop.tui.widgets.table import ConsoleTable, Row
 
 ALARM_COLUMNS = (("state", 11), ("object", 34), ("due in", 10), ("retry", 6),
                  ("next try", 10), ("last error", 60))
@@ -23,33 +24,28 @@ def add_columns(table: DataTable[Any], columns: tuple[tuple[str, int], ...]) -> 
         table.add_column(label, width=width)
 
 
-def alarm_rows(rows: list[dict[str, Any]], now_ms: int) -> list[tuple[str, list[Any]]]:
-    out = []
-    for row in rows:
-        cells: list[Any] = list(alarm_cells(row, now_ms))
-        cells[0] = styled_state(cells[0])
-        out.append((row["object"], cells))
-    return out
+def state_table(table_id: str) -> ConsoleTable:
+    """A table whose first column is an alarm state or execution status, coloured."""
+    return ConsoleTable(id=table_id, stylers={0: styled_state})
 
 
-def execution_rows(rows: list[dict[str, Any]], now_ms: int) -> list[tuple[str, list[Any]]]:
-    out = []
-    for row in rows:
-        cells: list[Any] = list(execution_cells(row, now_ms))
-        cells[0] = styled_state(cells[0])
-        out.append((row["execution_id"], cells))
-    return out
+def alarm_rows(rows: list[dict[str, Any]], now_ms: int) -> list[Row]:
+    return [(row["object"], alarm_cells(row, now_ms)) for row in rows]
+
+
+def execution_rows(rows: list[dict[str, Any]], now_ms: int) -> list[Row]:
+    return [(row["execution_id"], execution_cells(row, now_ms)) for row in rows]
 
 
 class OverviewScreen(ActionsMixin):
     BINDINGS = [*ActionsMixin.ALARM_BINDINGS, *ActionsMixin.EXECUTION_BINDINGS]
 
     def body(self) -> ComposeResult:
-        alarms: DataTable[Any] = DataTable(id="overview-alarms", cursor_type="row")
+        alarms = state_table("overview-alarms")
         alarms.border_title = "Alarms (most urgent first)"
         add_columns(alarms, ALARM_COLUMNS)
         yield alarms
-        executions: DataTable[Any] = DataTable(id="overview-executions", cursor_type="row")
+        executions = state_table("overview-executions")
         executions.border_title = "Executions"
         add_columns(executions, EXECUTION_COLUMNS)
         yield executions
@@ -57,11 +53,11 @@ class OverviewScreen(ActionsMixin):
     def refresh_from(self, state: ConsoleState) -> None:
         super().refresh_from(state)
         flt = self.console.filter_text
-        fill_table(self.query_one("#overview-alarms", DataTable),
-                   alarm_rows(state.urgent_alarms(50, flt), state.now_ms))
-        fill_table(self.query_one("#overview-executions", DataTable),
-                   execution_rows(state.urgent_executions(30), state.now_ms))
-        self.refresh_bindings()
+        self.query_one("#overview-alarms", ConsoleTable).show(
+            alarm_rows(state.urgent_alarms(50, flt), state.now_ms))
+        self.query_one("#overview-executions", ConsoleTable).show(
+            execution_rows(state.urgent_executions(30), state.now_ms))
+        self.refresh_actions()
 
     def _focused(self) -> str | None:
         return self.focused.id if self.focused is not None else "overview-alarms"
@@ -77,4 +73,4 @@ class OverviewScreen(ActionsMixin):
         return selected_key(self.query_one("#overview-executions", DataTable))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.refresh_bindings()
+        self.refresh_actions()

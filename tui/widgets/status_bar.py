@@ -45,5 +45,10 @@ class StatusBar(Static):
     StatusBar { height: 2; background: $panel; }
     """
 
+    _shown: Text | None = None
+
     def show(self, state: ConsoleState, target: str, read_only: bool) -> None:
-        self.update(status_text(state, target, read_only))
+        text = status_text(state, target, read_only)
+        if text != self._shown:  # a repaint, even of the same text, is not free
+            self._shown = text
+            self.update(text, layout=False)  # two lines, always: no new layout

@@ -1,0 +1,127 @@
+"""`ConsoleTable.show`: refilled on every redraw, it touches only what changed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from alarmtop.tui.widgets.table import ConsoleTable
+
+ROWS = [("a", ("PENDING", "in 1.0s")), ("b", ("RETRYING", "in 2.0s")),
+        ("c", ("PENDING", "in 3.0s"))]
+
+
+def shout(value: Any) -> Text:
+    return Text(str(value), style="bold")
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        table = ConsoleTable(id="t", stylers={0: shout})
+        table.add_column("state", width=10)
+        table.add_column("due in", width=10)
+        yield table
+
+
+@contextmanager
+def repaints(table: ConsoleTable) -> Iterator[list[str]]:
+    """Record every call by which the table asks to be repainted or changes a cell."""
+    seen: list[str] = []
+    for name in ("refresh", "refresh_row", "update_cell"):
+        original = getattr(table, name)
+
+        def spy(*args: Any, _name: str = name, _original: Any = original, **kw: Any) -> Any:
+            seen.append(_name)
+            return _original(*args, **kw)
+
+        setattr(table, name, spy)
+    try:
+        yield seen
+    finally:
+        for name in ("refresh", "refresh_row", "update_cell"):
+            delattr(table, name)
+
+
+async def test_the_same_rows_again_touch_nothing() -> None:
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        before = [table.get_row(key) for key, _ in ROWS]
+        await pilot.pause()
+        with repaints(table) as seen:
+            table.show([(k, list(c)) for k, c in ROWS])  # lists compare as the tuples did
+        assert seen == []
+        after = [table.get_row(key) for key, _ in ROWS]
+        assert all(a is b for old, new in zip(before, after, strict=True)
+                   for a, b in zip(old, new, strict=True))
+
+
+async def test_a_changed_cell_is_the_only_one_replaced_and_is_styled() -> None:
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        before = {key: table.get_row(key) for key, _ in ROWS}
+        with repaints(table) as seen:
+            table.show([ROWS[0], ("b", ("DEAD", "in 2.0s")), ROWS[2]])
+        assert seen == ["refresh_row"]  # row b only, in place
+        after = {key: table.get_row(key) for key, _ in ROWS}
+        kept = [(key, i) for key in after for i in range(2) if after[key][i] is before[key][i]]
+        assert kept == [("a", 0), ("a", 1), ("b", 1), ("c", 0), ("c", 1)]
+        state = after["b"][0]
+        assert isinstance(state, Text) and state.plain == "DEAD" and str(state.style) == "bold"
+
+
+async def drawn(rows: list[tuple[str, tuple[str, str]]], cursor: int,
+                then: list[tuple[str, tuple[str, str]]] | None = None
+                ) -> list[list[tuple[str, str]]]:
+    """Every line the table draws (text and style of each segment) once it has shown
+    `rows` with the cursor on line `cursor`, and then, if given, `then`."""
+    async with TableApp().run_test(size=(60, 8)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(rows)
+        table.move_cursor(row=cursor)
+        await pilot.pause()
+        table.refresh()  # drawn again once settled (measuring new rows drops the renders)
+        await pilot.pause()
+        if then is not None:
+            table.show(then)  # nothing else between the two: every cached render counts
+            await pilot.pause()
+        return [[(seg.text, str(seg.style)) for seg in table.render_line(y)]
+                for y in range(len(then or rows) + 1)]
+
+
+async def test_cells_changed_in_place_are_drawn_as_a_fresh_table_draws_them() -> None:
+    """Updated in place (only their renders forgotten), the changed cells are drawn,
+    under the cursor or not, and the rest as before: line for line what a table
+    filled with the new rows at once draws."""
+    changed = [ROWS[0], ("b", ("DEAD", "in 9.0s")), ("c", ("PENDING", "in 2.9s"))]
+    for cursor in (0, 1):
+        updated = await drawn(ROWS, cursor, then=changed)
+        assert updated == await drawn(changed, cursor)
+        assert "DEAD" in "".join(text for text, _ in updated[2])
+
+
+async def test_other_rows_refill_the_table_and_the_cursor_keeps_its_line() -> None:
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.move_cursor(row=1)
+        table.show([ROWS[2], ROWS[0], ("d", ("PENDING", "in 4.0s"))])
+        assert [str(k.value) for k in table.rows] == ["c", "a", "d"]
+        assert table.cursor_row == 1
+        assert isinstance(table.get_row("d")[0], Text)
+        table.show([ROWS[0]])
+        assert [str(k.value) for k in table.rows] == ["a"] and table.cursor_row == 0
+
+
+async def test_a_table_cleared_behind_its_back_is_refilled() -> None:
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.clear()
+        table.show(ROWS)
+        assert [str(k.value) for k in table.rows] == ["a", "b", "c"]
