@@ -11,8 +11,10 @@ of the machine.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
@@ -174,66 +176,93 @@ class Wakeup:
                 handle.cancel()
 
 
-class SharedTimers:
-    """Many timers on one clock timer: `call_at_ms` like a clock's, for timers that are
-    nearly always cancelled long before they fire (a timeout per alarm attempt).
+class Deadlines:
+    """One time limit shared by many tasks: `with deadlines.limit() as lim:` cancels the
+    task when the limit passes and raises `TimeoutError` out of the block (`lim.expired`).
 
-    Only the earliest pending timer is on the clock. Cancelled timers are dropped
-    lazily, and the heap is rebuilt when they outnumber the live ones, so memory
-    stays proportional to the live timers.
+    Every alarm attempt runs under the same limit and nearly all end long before it.
+    The limits are kept in start order, so only the oldest live one needs a clock timer
+    (one per `seconds`, not one per attempt), and the block is a plain `with`: entering
+    it costs no coroutine. Limits that ended are dropped when they reach the front, or
+    all at once when they outnumber the live ones behind a long-running attempt.
     """
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, seconds: float | None) -> None:
         self._clock = clock
-        self._heap: list[tuple[int, int, _SharedHandle]] = []
-        self._seq = itertools.count()
+        # None or infinite: no limit (the blocks run as long as they take).
+        self._ms = round(seconds * 1000) if seconds is not None and math.isfinite(seconds) else None
+        self._queue: collections.deque[Limit] = collections.deque()
         self._live = 0
         self._armed: TimerHandle | None = None
 
-    def call_at_ms(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
-        handle = _SharedHandle(int(when_ms), callback, self)
-        heapq.heappush(self._heap, (handle.when_ms, next(self._seq), handle))
+    def limit(self, task: asyncio.Task[Any] | None = None) -> Limit:
+        """A limit for `task` (the current task when None), starting now."""
+        if task is None:
+            task = asyncio.current_task()
+            if task is None:
+                raise RuntimeError("Deadlines.limit() is used inside a task")
+        if self._ms is None:
+            return Limit(self, None, 0)  # never queued: never expires
+        when = self._clock.now_ms() + self._ms
+        queue = self._queue
+        if queue and queue[-1].when_ms > when:
+            when = queue[-1].when_ms  # the wall clock stepped back: keep the queue in order
+        lim = Limit(self, task, when)
+        queue.append(lim)
         self._live += 1
-        if len(self._heap) > 64 and len(self._heap) > 2 * self._live:
-            self._heap = [e for e in self._heap if not e[2].cancelled]
-            heapq.heapify(self._heap)
-        if self._armed is None or handle.when_ms < self._armed.when_ms:
-            self._arm()
-        return handle
+        if self._armed is None:
+            self._armed = self._clock.call_at_ms(queue[0].when_ms, self._fire)
+        return lim
 
-    def _arm(self) -> None:
-        heap = self._heap
-        while heap and heap[0][2].cancelled:
-            heapq.heappop(heap)
-        if self._armed is not None:
-            self._armed.cancel()
-            self._armed = None
-        if heap:
-            self._armed = self._clock.call_at_ms(heap[0][0], self._fire)
+    def _end(self, lim: Limit) -> None:
+        if lim.task is None:
+            return
+        lim.task = None
+        self._live -= 1
+        queue = self._queue
+        while queue and queue[0].task is None:
+            queue.popleft()
+        if len(queue) > 64 and len(queue) > 2 * self._live:
+            self._queue = collections.deque(x for x in queue if x.task is not None)
 
     def _fire(self) -> None:
         self._armed = None
-        now, heap = self._clock.now_ms(), self._heap
-        while heap and heap[0][0] <= now:
-            _, _, handle = heapq.heappop(heap)
-            if not handle.cancelled:
-                handle.cancelled = True  # fired: no longer live
-                self._live -= 1
-                handle.callback()
-        self._arm()
+        now, queue = self._clock.now_ms(), self._queue
+        while queue and queue[0].when_ms <= now:
+            lim = queue.popleft()
+            task = lim.task
+            if task is not None and not task.done():
+                lim.expired = True
+                task.cancel()
+        while queue and queue[0].task is None:
+            queue.popleft()
+        if queue:
+            self._armed = self._clock.call_at_ms(queue[0].when_ms, self._fire)
 
 
-class _SharedHandle(TimerHandle):
-    __slots__ = ("_owner",)
+class Limit:
+    """One task's place in `Deadlines`; a context manager for the block it limits."""
 
-    def __init__(self, when_ms: int, callback: Callable[[], None], owner: SharedTimers) -> None:
-        super().__init__(when_ms, callback)
+    __slots__ = ("_owner", "expired", "task", "when_ms")
+
+    def __init__(self, owner: Deadlines, task: asyncio.Task[Any] | None, when_ms: int) -> None:
         self._owner = owner
+        self.task: asyncio.Task[Any] | None = task
+        self.when_ms = when_ms
+        self.expired = False
 
-    def cancel(self) -> None:
-        if not self.cancelled:
-            self.cancelled = True
-            self._owner._live -= 1
+    def __enter__(self) -> Limit:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        task = self.task
+        self._owner._end(self)  # drops the task: no cycle through the queue outlives us
+        if self.expired and task is not None:
+            # Balance the cancel request even when the body swallowed it: the task goes
+            # on to other work (the next alarm), which must not inherit it.
+            if task.uncancel() == 0 and exc_type is asyncio.CancelledError:
+                raise TimeoutError from exc
 
 
 class ClockTimeout:
@@ -243,10 +272,8 @@ class ClockTimeout:
     expire it. Raises `TimeoutError` out of the block when it expired.
     """
 
-    def __init__(self, clock: Clock, seconds: float | None,
-                 timers: SharedTimers | None = None) -> None:
+    def __init__(self, clock: Clock, seconds: float | None) -> None:
         self._clock = clock
-        self._timers: Clock | SharedTimers = timers or clock
         self._seconds = seconds
         self._handle: TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
@@ -256,7 +283,7 @@ class ClockTimeout:
         if self._seconds is not None:
             self._task = asyncio.current_task()
             when = self._clock.now_ms() + round(self._seconds * 1000)
-            self._handle = self._timers.call_at_ms(when, self._expire)
+            self._handle = self._clock.call_at_ms(when, self._expire)
         return self
 
     def _expire(self) -> None:

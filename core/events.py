@@ -67,7 +67,7 @@ class Subscription:
 
     def close(self) -> None:
         self.closed = True
-        self._bus._subs.discard(self)
+        self._bus._unsubscribe(self)
         self._ready.set()
 
     def __aiter__(self) -> AsyncIterator[Event]:
@@ -82,19 +82,24 @@ class EventBus:
         self._clock = clock
         self._subs: set[Subscription] = set()
         self._listeners: list[Callable[[Event], None]] = []
+        # What `emit` walks, rebuilt on (un)subscribing rather than copied on every
+        # emit: the alarm path emits several events per firing.
+        self._sub_snapshot: tuple[Subscription, ...] = ()
+        self._listener_snapshot: tuple[Callable[[Event], None], ...] = ()
 
     @property
     def active(self) -> bool:
         """Whether anyone listens; emitters may skip building data when not."""
-        return bool(self._subs or self._listeners)
+        return bool(self._sub_snapshot or self._listener_snapshot)
 
     def emit(self, type_: str, data: dict[str, Any] | None = None) -> None:
-        if not self.active:
+        subs, listeners = self._sub_snapshot, self._listener_snapshot
+        if not (subs or listeners):
             return
         event = Event(type_, self._clock.now_ms(), data or {})
-        for sub in list(self._subs):
+        for sub in subs:
             sub._offer(event)
-        for listener in list(self._listeners):
+        for listener in listeners:
             try:
                 listener(event)
             except Exception:  # a broken listener must not break the emitter
@@ -105,9 +110,20 @@ class EventBus:
         """Events whose type starts with one of `prefixes` (all when none are given)."""
         sub = Subscription(self, prefixes, maxsize)
         self._subs.add(sub)
+        self._sub_snapshot = tuple(self._subs)
         return sub
+
+    def _unsubscribe(self, sub: Subscription) -> None:
+        self._subs.discard(sub)
+        self._sub_snapshot = tuple(self._subs)
 
     def listen(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call `callback` synchronously for every event; returns the unsubscribe function."""
         self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback)
+        self._listener_snapshot = tuple(self._listeners)
+
+        def unlisten() -> None:
+            self._listeners.remove(callback)
+            self._listener_snapshot = tuple(self._listeners)
+
+        return unlisten

@@ -72,6 +72,11 @@ class FaultRegistry:
         self._events.emit("fault.injected", fault.to_dict())
         return fid
 
+    @property
+    def pending(self) -> bool:
+        """Whether any fault waits to apply (the alarm path skips its look-ups when not)."""
+        return bool(self._faults)
+
     def list(self) -> list[dict[str, Any]]:
         return [f.to_dict() for f in self._faults.values()]
 

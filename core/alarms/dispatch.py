@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import traceback
+from typing import Any
 
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmRecord
 from alarmtop.core.alarms.scheduler import AlarmScheduler
-from alarmtop.core.clock import Clock, ClockTimeout, SharedTimers
+from alarmtop.core.clock import Clock, Deadlines
 from alarmtop.core.errors import AlarmHandlerTimeout
 from alarmtop.core.faults import FaultRegistry, InjectedFault
-from alarmtop.core.objects.base import AlarmInfo, DurableObject
+from alarmtop.core.objects.base import AlarmInfo
 from alarmtop.core.objects.host import ObjectHost, Resident
 
 
@@ -34,21 +35,27 @@ class AlarmDispatcher:
         self._faults = faults
         self._clock = clock
         self._timeout_s = alarm_timeout_s
-        # Every attempt has a timeout and nearly all finish long before it: one clock
-        # timer for all of them instead of one per attempt.
-        self._timeouts = SharedTimers(clock)
+        # Every attempt has the same timeout and nearly all finish long before it: one
+        # clock timer for all of them instead of one per attempt.
+        self._deadlines = Deadlines(clock, alarm_timeout_s)
 
     async def fire(self, rec: AlarmRecord) -> None:
-        sched = self._sched
+        sched, host = self._sched, self._host
         if not sched.still_current(rec):
             return
-        async with self._host.exclusive(rec.key) as r:
+        task = asyncio.current_task()
+        assert task is not None
+        r, ready = host.enter(rec.key, task)
+        if not ready:
+            await host.turn(r)
+        try:
             if not sched.still_current(rec):
                 return  # overwritten or deleted while waiting for the object
             started = await sched.commit(rec.key, P.start_attempt(rec, self._clock.now_ms()))
             assert started is not None
-            error = await self._attempt(r, started)
-            dirty, new_alarm = r.storage._take_alarm_change() if r.storage else (False, None)
+            error = await self._attempt(r, started, task)
+            storage = r.storage
+            dirty, new_alarm = storage._take_alarm_change() if storage else (False, None)
             now = self._clock.now_ms()
             if error is None:
                 await sched.commit(rec.key, P.succeed(started, now, new_alarm if dirty else None))
@@ -59,35 +66,42 @@ class AlarmDispatcher:
                                                    new_alarm if dirty else None, sched.rng))
             if r.storage is not None:
                 r.storage._forget_alarm()
+        finally:
+            host.leave_turn(r)
 
-    async def _attempt(self, r: Resident, rec: AlarmRecord) -> str | None:
+    async def _attempt(self, r: Resident, rec: AlarmRecord,
+                       task: asyncio.Task[Any]) -> str | None:
         """Run the handler; None on success, else a description of what went wrong."""
-        target = f"{rec.object_class}/{rec.object_name}"
-        timeout = ClockTimeout(self._clock, self._timeout_s, self._timeouts)
+        host = self._host
+        limit = self._deadlines.limit(task)
         try:
             try:
-                async with timeout:
-                    instance = await self._host.wake(r)
+                with limit:
+                    instance = r.instance if r.instance is not None else await host.wake(r)
                     assert r.storage is not None
                     r.storage._begin_alarm_event(self._clock.now_ms())
-                    await self._run_handler(instance, rec, target)
+                    if self._faults.pending:
+                        await self._run_faults(rec)
+                    await instance.alarm(AlarmInfo(rec.retry_count, rec.scheduled_ms))
             finally:
-                await self._host.finish_event(r)  # writes are kept even when it raised
+                if host.output_pending(r):
+                    await host.finish_event(r)  # writes are kept even when it raised
         except asyncio.CancelledError:
             raise  # the runtime is stopping: the row stays 'running', like a crash
         except TimeoutError as exc:
-            if timeout.expired:
+            if limit.expired:
                 return describe_error(AlarmHandlerTimeout(*rec.key, self._timeout_s))
             return describe_error(exc)
         except Exception as exc:
             return describe_error(exc)
         return None
 
-    async def _run_handler(self, instance: DurableObject, rec: AlarmRecord, target: str) -> None:
+    async def _run_faults(self, rec: AlarmRecord) -> None:
+        """Injected faults on this object: a delay before the handler, or a raise instead."""
+        target = f"{rec.object_class}/{rec.object_name}"
         delay = self._faults.take(target, "alarm_delay")
         if delay is not None and delay.seconds:
             await self._clock.sleep(delay.seconds)
         raise_fault = self._faults.take(target, "alarm_raise")
         if raise_fault is not None:
             raise InjectedFault(raise_fault.id, raise_fault.kind, target)
-        await instance.alarm(AlarmInfo(retry_count=rec.retry_count, scheduled_ms=rec.scheduled_ms))

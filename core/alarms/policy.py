@@ -11,7 +11,7 @@ import enum
 import math
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class AlarmState(enum.StrEnum):
@@ -107,14 +107,14 @@ class AlarmRecord:
         return self.next_attempt_ms
 
 
-@dataclass(frozen=True)
-class Announcement:
+# Tuples rather than frozen dataclasses: every firing makes two transitions and their
+# announcements, and a tuple costs half as much to build.
+class Announcement(NamedTuple):
     type: str
     data: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class Transition:
+class Transition(NamedTuple):
     record: AlarmRecord | None
     events: tuple[Announcement, ...] = ()
 
@@ -133,7 +133,10 @@ def delete_alarm(rec: AlarmRecord) -> Transition:
 
 
 def start_attempt(rec: AlarmRecord, now_ms: int) -> Transition:
-    started = replace(rec, state=AlarmState.RUNNING, started_ms=now_ms)
+    # Spelled out rather than `replace(...)`, which costs twice as much: once per firing.
+    started = AlarmRecord(rec.object_class, rec.object_name, rec.scheduled_ms,
+                          AlarmState.RUNNING, rec.retry_count, rec.next_attempt_ms,
+                          rec.last_error, rec.attempts, now_ms)
     return Transition(
         started,
         (_ann("alarm.fired", rec, retry_count=rec.retry_count, scheduled_ms=rec.scheduled_ms,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -32,6 +33,10 @@ class AlarmScheduler:
                  window_size: int, sweep_interval_s: float,
                  rng: random.Random | None = None) -> None:
         self.index = index
+        # An index that can queue a write and hand back its future (SqliteAlarmIndex.submit)
+        # saves a coroutine per commit, two per firing; `write` is the protocol's way.
+        self._write: Callable[[Sequence[AlarmRecord], Sequence[AlarmKey], ExtraWrite | None],
+                              Awaitable[None]] = getattr(index, "submit", index.write)
         self._clock = clock
         self._events = events
         self.policy_for = policy_for
@@ -40,7 +45,10 @@ class AlarmScheduler:
         self._sweep_interval_ms = round(sweep_interval_s * 1000)
         self.window = DueWindow(window_size)
         self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight: set[asyncio.Task[None]] = set()  # the workers
+        # Commits of alarms due before this wake the loop (see _due_changed): the time it
+        # sleeps until, +inf when it sleeps with nothing due, -inf while it needs no poke.
+        self._poke_before: float = -math.inf
         self._loading = False
         self._changed: dict[AlarmKey, Any] = {}
         self._fire: FireFn | None = None
@@ -102,17 +110,30 @@ class AlarmScheduler:
             self._changed[key] = _PENDING
         rec = tr.record
         if rec is None:
-            await self.index.write((), (key,), extra)
+            await self._write((), (key,), extra)
             self.window.remove(key)
         else:
-            await self.index.write((rec,), (), extra)
+            await self._write((rec,), (), extra)
             self.window.put(rec)
         if self._loading:
             self._changed[key] = rec
-        for ann in tr.events:
-            self._events.emit(ann.type, ann.data)
-        self._wakeup.poke()
+        events = self._events
+        if events.active:
+            for ann in tr.events:
+                events.emit(ann.type, ann.data)
+        if rec is not None:
+            self._due_changed(rec)
         return rec
+
+    def _due_changed(self, rec: AlarmRecord) -> None:
+        """Wake the loop if `rec` falls due before the time it sleeps until.
+
+        Most commits (an attempt starting, or ending with its alarm gone) change nothing
+        the loop waits for; waking it for each would cost a loop pass per commit."""
+        if rec.state is not AlarmState.RUNNING:
+            due = rec.due_ms
+            if due is not None and due < self._poke_before:
+                self._wakeup.poke()
 
     async def set_from_object(self, key: AlarmKey, at_ms: int | None) -> None:
         """An object's event set or deleted its alarm."""
@@ -141,42 +162,65 @@ class AlarmScheduler:
             self._loading, self._changed = False, {}
 
     async def _loop(self) -> None:
-        assert self._fire is not None
+        window, clock, inflight = self.window, self._clock, self._inflight
         while True:
-            window = self.window
-            if window.horizon_ms != float("inf") and (
+            if window.horizon_ms != math.inf and (
                     window.needs_refill() or window.next_due_ms() is None):
                 await self._refill()
             window.shrink()
-            free = self._max_concurrent - len(self._inflight)
-            if free > 0:
-                for rec in window.pop_due(self._clock.now_ms(), free):
-                    task = self._clock.spawn(self._fire_one(rec), name="alarm")
-                    self._inflight.add(task)
-            free = self._max_concurrent - len(self._inflight)
-            if free <= 0:
-                await self._wakeup.wait(None)  # a finishing handler pokes
+            now = clock.now_ms()
+            while len(inflight) < self._max_concurrent:
+                rec = window.pop_one(now)
+                if rec is None:
+                    break
+                inflight.add(clock.spawn(self._work(rec), name="alarm"))
+            if len(inflight) >= self._max_concurrent:
+                # The workers take whatever falls due meanwhile; one that runs out of
+                # due alarms ends and pokes.
+                self._poke_before = -math.inf
+                await self._wakeup.wait(None)
             else:
                 nxt = window.next_due_ms()
-                if nxt is not None and nxt <= self._clock.now_ms():
+                if nxt is not None and nxt <= clock.now_ms():
                     continue
+                self._poke_before = math.inf if nxt is None else nxt
                 await self._wakeup.wait(nxt)
+            self._poke_before = -math.inf  # awake: the next pass reads the window anyway
 
-    async def _fire_one(self, rec: AlarmRecord) -> None:
+    async def _work(self, rec: AlarmRecord) -> None:
+        """A worker: fire `rec`, then whatever else is due, until nothing is.
+
+        Workers pull due alarms themselves, so a burst costs no task and no loop pass
+        per alarm; the loop only starts workers (up to `max_concurrent`), sleeps until
+        the next due time and refills the window."""
         assert self._fire is not None
+        fire, window, clock = self._fire, self.window, self._clock
         try:
-            await self._fire(rec)
-        except Exception:
-            # The attempt could not even be recorded (e.g. the disk is full): the alarm
-            # is still due; try again a second later rather than drop it until restart.
-            logging.getLogger("alarmtop.runtime").exception("alarm dispatch failed")
-            if self.still_current(rec):
-                self.window.put(replace(rec, next_attempt_ms=self._clock.now_ms() + 1000))
+            while True:
+                try:
+                    await fire(rec)
+                except Exception:
+                    self._dispatch_failed(rec)
+                if window.needs_refill() and not self._loading:
+                    self._wakeup.poke()
+                nxt = window.pop_one(clock.now_ms())
+                if nxt is None:
+                    return
+                rec = nxt
         finally:
             task = asyncio.current_task()
             if task is not None:
                 self._inflight.discard(task)
             self._wakeup.poke()
+
+    def _dispatch_failed(self, rec: AlarmRecord) -> None:
+        # The attempt could not even be recorded (e.g. the disk is full): the alarm is
+        # still due; try again a second later rather than drop it until restart.
+        logging.getLogger("alarmtop.runtime").exception("alarm dispatch failed")
+        if self.still_current(rec):
+            later = replace(rec, next_attempt_ms=self._clock.now_ms() + 1000)
+            self.window.put(later)
+            self._due_changed(later)
 
     def still_current(self, rec: AlarmRecord) -> bool:
         """Whether a popped alarm was left alone while it waited for its object."""

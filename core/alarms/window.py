@@ -27,6 +27,7 @@ class DueWindow:
         self._heap: list[tuple[int, int, AlarmKey]] = []
         self._entry: dict[AlarmKey, int] = {}
         self._seq = itertools.count()
+        self._shrink_at = 2 * capacity  # see shrink()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -66,13 +67,26 @@ class DueWindow:
         """Take up to `limit` alarms due at or before `now_ms`, soonest first."""
         out: list[AlarmRecord] = []
         while len(out) < limit:
-            self._clean_top()
-            if not self._heap or self._heap[0][0] > now_ms:
+            rec = self.pop_one(now_ms)
+            if rec is None:
                 break
-            _, _, key = heapq.heappop(self._heap)
-            del self._entry[key]
-            out.append(self.records[key])
+            out.append(rec)
         return out
+
+    def pop_one(self, now_ms: int) -> AlarmRecord | None:
+        """Take the soonest alarm if it is due at or before `now_ms`."""
+        heap, entry = self._heap, self._entry
+        while heap:
+            due, seq, key = heap[0]
+            if entry.get(key) != seq:
+                heapq.heappop(heap)  # superseded or removed since it was pushed
+                continue
+            if due > now_ms:
+                return None
+            heapq.heappop(heap)
+            del entry[key]
+            return self.records[key]
+        return None
 
     def needs_refill(self) -> bool:
         return self.horizon_ms != math.inf and len(self.records) < self.capacity // 4
@@ -94,14 +108,21 @@ class DueWindow:
 
     def shrink(self) -> None:
         """Forget far-future alarms when the window grew past twice its capacity."""
-        if len(self.records) <= 2 * self.capacity:
+        n = len(self.records)
+        if n <= 2 * self.capacity:
+            self._shrink_at = 2 * self.capacity
+            return
+        if n <= self._shrink_at:
+            # A pass at a smaller size could not shrink (the alarms tie on one due time,
+            # say, as in a burst): sorting again on every call would cost O(n log n)
+            # per fired alarm. Try again once the window has doubled.
             return
         dues = sorted(r.due_ms for r in self.records.values()
                       if r.due_ms is not None and r.state is not AlarmState.RUNNING)
-        if len(dues) <= self.capacity:
-            return
-        cut = dues[self.capacity - 1]
-        self.horizon_ms = cut
-        for key in [k for k, r in self.records.items()
-                    if r.state is not AlarmState.RUNNING and (r.due_ms or 0) > cut]:
-            self.remove(key)
+        if len(dues) > self.capacity:
+            cut = dues[self.capacity - 1]
+            self.horizon_ms = cut
+            for key in [k for k, r in self.records.items()
+                        if r.state is not AlarmState.RUNNING and (r.due_ms or 0) > cut]:
+                self.remove(key)
+        self._shrink_at = max(2 * self.capacity, 2 * len(self.records))

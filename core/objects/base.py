@@ -36,7 +36,9 @@ class ObjectContext:
         self.storage = storage
         self._clock = clock
         self._sockets = sockets
-        self._blockers: list[asyncio.Task[Any]] = []
+        # Made on first use: most objects never block, and whatever a wake allocates
+        # lives until the object hibernates, feeding the cyclic GC's older generations.
+        self._blockers: list[asyncio.Task[Any]] | None = None
 
     # -- hibernatable WebSockets ------------------------------------------------------------
 
@@ -67,6 +69,8 @@ class ObjectContext:
     def block_concurrency_while(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
         """Run `fn` while no event is delivered to this object (typical in `__init__`)."""
         task = self._clock.spawn(_await(fn), name=f"block:{self.class_name}/{self.id}")
+        if self._blockers is None:
+            self._blockers = []
         self._blockers.append(task)
         return task
 

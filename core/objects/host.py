@@ -27,20 +27,30 @@ ObjectKey = tuple[str, str]
 
 
 class Resident:
+    """An object's entry: its live instance (if any) and the turn of its events.
+
+    The lock is hand-made rather than an `asyncio.Lock`: nearly every event finds it
+    free, and taking a free one here is two assignments with no coroutine (the alarm
+    hot path takes it once per firing). A busy one queues futures, handed the turn in
+    order.
+    """
+
     __slots__ = (
+        "busy",
         "ctx",
         "instance",
         "key",
         "last_active_ms",
-        "lock",
         "owner",
         "storage",
         "users",
+        "waiters",
     )
 
     def __init__(self, key: ObjectKey, now_ms: int) -> None:
         self.key = key
-        self.lock = asyncio.Lock()
+        self.busy = False  # an event holds the turn (or was handed it and will run)
+        self.waiters: collections.deque[asyncio.Future[None]] | None = None
         self.users = 0
         self.instance: DurableObject | None = None
         self.ctx: ObjectContext | None = None
@@ -69,6 +79,7 @@ class ObjectHost:
         self._reaper: asyncio.Task[None] | None = None
         self._deadline: int | None = None
         self.sockets = SocketRegistry(events)
+        self._store_opener = self._open_store  # one bound method shared by every Storage
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -101,20 +112,63 @@ class ObjectHost:
         (without waking it)."""
         return _Exclusive(self, key)
 
-    def _enter(self, key: ObjectKey) -> Resident:
+    def enter(self, key: ObjectKey,
+              task: asyncio.Task[Any] | None = None) -> tuple[Resident, bool]:
+        """Join the object's events: `(r, True)` when the turn was free and is now ours;
+        with `(r, False)`, await `turn(r)`. Either way `leave_turn(r)` ends it. `task` is
+        the current task, for a caller that has it at hand.
+
+        `exclusive()` in two halves, for the alarm path: a free turn costs no await."""
         r = self._residents.get(key)
         if r is None:
             r = self._residents[key] = Resident(key, self._clock.now_ms())
-        task = asyncio.current_task()
+        if task is None:
+            task = asyncio.current_task()
         if r.owner is task and task is not None:
             raise ReentrantCall(*key)
         r.users += 1
-        return r
+        if r.busy:
+            return r, False
+        r.busy, r.owner = True, task
+        return r, True
+
+    async def turn(self, r: Resident) -> None:
+        """Wait until the events ahead of ours are done (after `enter` said so)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if r.waiters is None:
+            r.waiters = collections.deque()
+        r.waiters.append(fut)
+        try:
+            # Waiting for another event of this object is not work of our own: that
+            # event may be sleeping on the clock, and time must be free to move.
+            await self._clock.idle_wait(fut)
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self._pass_turn(r)  # handed the turn while being cancelled: pass it on
+            self._leave(r)
+            raise
+        r.owner = asyncio.current_task()
+
+    def leave_turn(self, r: Resident) -> None:
+        """End our event: the next one waiting gets the turn."""
+        try:
+            self._release(r)
+        finally:
+            self._leave(r)
+
+    def _pass_turn(self, r: Resident) -> None:
+        waiters = r.waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():  # a waiter cancelled meanwhile has left its future behind
+                fut.set_result(None)
+                return
+        r.busy = False
 
     def _release(self, r: Resident) -> None:
         r.owner = None
         r.last_active_ms = self._clock.now_ms()
-        r.lock.release()
+        self._pass_turn(r)
         if self._deadline is None and r.instance is not None:
             self._wakeup.poke()  # the reaper slept with nothing idle to watch
 
@@ -132,21 +186,24 @@ class ObjectHost:
             return r.instance
         cls_name, name = r.key
         cls = self._classes[cls_name]
-        storage = r.storage or Storage(r.key, lambda: self._open_store(cls_name, name),
-                                       self._alarms, self._preserve_alarm)
+        storage = r.storage or Storage(r.key, self._store_opener, self._alarms,
+                                       self._preserve_alarm)
         ctx = ObjectContext(cls_name, name, storage, self._clock, self.sockets)
         r.storage, r.ctx = storage, ctx
         instance = cls(ctx, self._env)
-        await ctx._drain_blockers()
+        if ctx._blockers:
+            await ctx._drain_blockers()
         r.instance = instance
         self._live += 1
-        self._events.emit("object.woke", {"object": f"{cls_name}/{name}"})
+        if self._events.active:
+            self._events.emit("object.woke", {"object": f"{cls_name}/{name}"})
         if self._live > self._max_resident or self._deadline is None:
             self._wakeup.poke()
         return instance
 
-    async def _open_store(self, cls_name: str, name: str) -> ObjectStore:
+    async def _open_store(self, key: ObjectKey) -> ObjectStore:
         """Open the object's database; a damaged or quarantined one is announced."""
+        cls_name, name = key
         try:
             return await self._backend.open_object(cls_name, name)
         except StorageError as exc:
@@ -156,25 +213,26 @@ class ObjectHost:
                 "error": str(exc)})
             raise
 
+    @staticmethod
+    def output_pending(r: Resident) -> bool:
+        """Whether `finish_event` has anything to do: blockers to wait for, a database
+        whose writes to commit (objects that only use alarms have neither)."""
+        return bool(r.ctx is not None and r.ctx._blockers) or (
+            r.storage is not None and r.storage._is_open)
+
     async def finish_event(self, r: Resident) -> None:
         """The output gate: make the event's writes durable before its output leaves."""
-        if r.ctx is not None:
+        if r.ctx is not None and r.ctx._blockers:
             await r.ctx._drain_blockers()
-        if r.storage is not None:
+        if r.storage is not None and r.storage._is_open:
             await r.storage._commit()
 
     # -- hibernation ----------------------------------------------------------------------
 
     async def hibernate(self, key: ObjectKey) -> bool:
-        r = self._residents.get(key)
-        if r is None or r.users > 0 or r.lock.locked() or r.instance is None:
-            return False
-        if r.storage is None or not r.storage._is_open:
-            # Nothing to close: evict without awaiting. No event can slip in meanwhile,
-            # so the lock is not needed (objects that only use alarms are like this).
-            self._evict(r)
-            self._residents.pop(key, None)
-            return True
+        done = self._hibernate_now(key)
+        if done is not None:
+            return done
         async with self.exclusive(key) as r:
             if r.instance is None:
                 return False
@@ -185,10 +243,25 @@ class ObjectHost:
         # queued behind us keeps it and wakes the object again.
         return True
 
+    def _hibernate_now(self, key: ObjectKey) -> bool | None:
+        """Hibernate without awaiting if possible: whether it hibernated, or None when
+        its database must be closed first (which awaits)."""
+        r = self._residents.get(key)
+        if r is None or r.users > 0 or r.busy or r.instance is None:
+            return False
+        if r.storage is not None and r.storage._is_open:
+            return None
+        # Nothing to close: evict without awaiting. No event can slip in meanwhile,
+        # so the lock is not needed (objects that only use alarms are like this).
+        self._evict(r)
+        self._residents.pop(key, None)
+        return True
+
     def _evict(self, r: Resident) -> None:
         r.instance = r.ctx = r.storage = None
         self._live -= 1
-        self._events.emit("object.hibernated", {"object": f"{r.key[0]}/{r.key[1]}"})
+        if self._events.active:
+            self._events.emit("object.hibernated", {"object": f"{r.key[0]}/{r.key[1]}"})
 
     def _low_water(self) -> int:
         """What an over-full host evicts down to: a little below the cap, so that a stream
@@ -207,7 +280,8 @@ class ObjectHost:
             views = self._views()
             for key in choose_evictions(views, self._clock.now_ms(), self._hibernate_after_ms,
                                         self._low_water(), self._live):
-                await self.hibernate(key)
+                if self._hibernate_now(key) is None:  # most need no await: no database
+                    await self.hibernate(key)
             deadline = next_deadline(self._views(), self._hibernate_after_ms)
             if deadline is not None:  # an object that could not go now is tried again later
                 deadline = max(deadline, self._clock.now_ms() + 1000)
@@ -229,15 +303,9 @@ class _Exclusive:
 
     async def __aenter__(self) -> Resident:
         host = self._host
-        r = host._enter(self._key)
-        try:
-            # Waiting for another event of this object is not work of our own: that
-            # event may be sleeping on the clock, and time must be free to move.
-            await host._clock.idle_wait(r.lock.acquire())
-        except BaseException:
-            host._leave(r)
-            raise
-        r.owner = asyncio.current_task()
+        r, ready = host.enter(self._key)
+        if not ready:
+            await host.turn(r)
         self._r = r
         return r
 
@@ -245,7 +313,4 @@ class _Exclusive:
                         tb: TracebackType | None) -> None:
         r, self._r = self._r, None
         assert r is not None
-        try:
-            self._host._release(r)
-        finally:
-            self._host._leave(r)
+        self._host.leave_turn(r)

@@ -8,7 +8,6 @@ output gate). A raising handler does not roll its writes back; only
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
@@ -62,14 +61,16 @@ class Sql:
 
 
 class Storage:
-    def __init__(self, key: AlarmKey, open_store: Callable[[], Awaitable[ObjectStore]],
+    def __init__(self, key: AlarmKey, open_store: Callable[[AlarmKey], Awaitable[ObjectStore]],
                  alarms: AlarmAccess, delete_all_preserves_alarm: bool) -> None:
+        # `open_store` takes the key, so that one callable serves every object: a
+        # closure per object would be garbage for the cyclic GC's older generations.
         self._key = key
         self._open_store = open_store
         self._alarms = alarms
         self._preserve_alarm = delete_all_preserves_alarm
         self._store: ObjectStore | None = None
-        self._savepoints = itertools.count()
+        self._savepoints = 0
         # Alarm as the object sees it: loaded lazily, changed in memory during an
         # event and made durable by the runtime at the end of the event.
         self._alarm: int | None = None
@@ -86,7 +87,7 @@ class Storage:
 
     async def _writable(self) -> ObjectStore:
         if self._store is None:
-            self._store = await self._open_store()
+            self._store = await self._open_store(self._key)
         await self._store.begin()
         return self._store
 
@@ -172,7 +173,8 @@ class Storage:
     async def transaction(self) -> AsyncIterator[None]:
         """Writes inside are all kept or, if the block raises, all undone (alarm included)."""
         store = await self._writable()
-        name = f"alarmtop_tx_{next(self._savepoints)}"
+        self._savepoints += 1
+        name = f"alarmtop_tx_{self._savepoints}"
         saved = (self._alarm, self._alarm_known, self._alarm_dirty)
         await store.savepoint(name)
         try:

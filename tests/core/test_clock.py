@@ -1,4 +1,5 @@
-"""VirtualClock, SystemClock, Wakeup and ClockTimeout, driven without wall-clock waits."""
+"""VirtualClock, SystemClock, Wakeup, ClockTimeout and Deadlines, driven without wall-clock
+waits."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from alarmtop.core.clock import ClockTimeout, SystemClock, VirtualClock, Wakeup
+from alarmtop.core.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock, Wakeup
 from tests.conftest import START_MS
 
 
@@ -312,6 +313,120 @@ async def test_outer_cancellation_is_not_turned_into_a_timeout(clock: VirtualClo
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+# -- Deadlines -------------------------------------------------------------------------------
+
+
+def limited(clock: VirtualClock, deadlines: Deadlines, seconds: float,
+            seen: list[tuple[str, int]], name: str) -> asyncio.Task[None]:
+    """A task that sleeps `seconds` under a limit and notes how it ended, and when."""
+
+    async def body() -> None:
+        try:
+            with deadlines.limit():
+                await clock.sleep(seconds)
+        except TimeoutError:
+            seen.append((f"{name} timed out", elapsed(clock)))
+        else:
+            seen.append((f"{name} done", elapsed(clock)))
+
+    return clock.spawn(body())
+
+
+async def test_deadlines_cancel_only_the_tasks_past_their_limit(clock: VirtualClock) -> None:
+    deadlines = Deadlines(clock, 5)
+    seen: list[tuple[str, int]] = []
+    limited(clock, deadlines, 60, seen, "a")
+    await clock.advance(1)
+    limited(clock, deadlines, 2, seen, "b")
+    limited(clock, deadlines, 60, seen, "c")
+    await clock.advance(10)
+    assert seen == [("b done", 3000), ("a timed out", 5000), ("c timed out", 6000)]
+    assert clock.next_timer_ms() is None  # nothing live: no timer re-armed
+
+
+async def test_deadlines_use_one_clock_timer_for_many_limits(clock: VirtualClock) -> None:
+    deadlines = Deadlines(clock, 5)
+    seen: list[tuple[str, int]] = []
+    for i in range(50):
+        limited(clock, deadlines, 1, seen, str(i))
+    await spin()
+    assert len(clock._timers) == 51  # the 50 sleeps and one timer for all the limits
+    await clock.advance(2)
+    assert len(seen) == 50 and all(what.endswith("done") for what, _ in seen)
+
+
+async def test_deadlines_forget_ended_limits_behind_a_long_one(clock: VirtualClock) -> None:
+    """A handler that runs long keeps the oldest limit: the ended ones behind it go anyway."""
+    deadlines = Deadlines(clock, 3600)
+    seen: list[tuple[str, int]] = []
+    limited(clock, deadlines, 7200, seen, "long")
+    for round_ in range(10):
+        for i in range(100):
+            limited(clock, deadlines, 0.001, seen, f"{round_}.{i}")
+        await clock.advance(0.01)
+    assert len(seen) == 1000
+    assert len(deadlines._queue) <= 2 * deadlines._live + 64
+    await clock.advance(3600)
+    assert seen[-1] == ("long timed out", 3_600_000)
+
+
+async def test_deadline_swallowed_by_the_body_leaves_the_task_uncancelled(
+        clock: VirtualClock) -> None:
+    """A body that catches its cancellation ends normally; the task must not stay marked
+    as cancelling, or the next limit it runs under would not turn into TimeoutError."""
+    deadlines = Deadlines(clock, 1)
+    outcomes: list[str] = []
+
+    async def stubborn() -> None:
+        try:
+            await clock.sleep(60)
+        except asyncio.CancelledError:
+            outcomes.append("swallowed")
+
+    async def body() -> None:
+        with deadlines.limit() as lim:
+            await stubborn()
+        outcomes.append(f"first ended, expired={lim.expired}")
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0
+        try:
+            with deadlines.limit():
+                await clock.sleep(60)
+        except TimeoutError:
+            outcomes.append("second timed out")
+
+    task = clock.spawn(body())
+    await clock.advance(5)
+    await task
+    assert outcomes == ["swallowed", "first ended, expired=True", "second timed out"]
+
+
+async def test_deadlines_without_a_limit_never_expire(clock: VirtualClock) -> None:
+    for seconds in (None, float("inf")):
+        deadlines = Deadlines(clock, seconds)
+        seen: list[tuple[str, int]] = []
+        limited(clock, deadlines, 3600, seen, "a")
+        await clock.advance(3600)
+        assert seen == [("a done", elapsed(clock))]
+        assert clock.next_timer_ms() is None
+
+
+async def test_outer_cancellation_under_a_deadline_stays_a_cancellation(
+        clock: VirtualClock) -> None:
+    deadlines = Deadlines(clock, 5)
+
+    async def body() -> None:
+        with deadlines.limit():
+            await clock.sleep(60)
+
+    task = clock.spawn(body())
+    await clock.advance(1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await clock.advance(10)  # the expired limit's timer finds nothing to cancel
 
 
 # -- SystemClock -----------------------------------------------------------------------------

@@ -150,6 +150,43 @@ def test_shrink_does_nothing_below_twice_the_capacity() -> None:
     assert len(window) == 8 and window.horizon_ms == math.inf
 
 
+def test_shrink_that_cannot_cut_waits_for_the_window_to_double(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst ties on one due time: nothing can be cut, and sorting every alarm again on
+    each pass of the loop would cost O(n log n) per fired alarm."""
+    window = loaded(*(rec(f"k{i:02}", 7) for i in range(12)), capacity=4)
+    sorts = 0
+    real_sorted = sorted
+
+    def counting_sorted(*args: object, **kwargs: object) -> object:
+        nonlocal sorts
+        sorts += 1
+        return real_sorted(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setitem(DueWindow.shrink.__globals__, "sorted", counting_sorted)
+    window.shrink()
+    assert sorts == 1 and len(window) == 12 and window.horizon_ms == 7
+    for i in range(12):
+        window.put(rec(f"m{i:02}", 7))
+        window.shrink()
+    assert sorts == 1  # 24 alarms: not more than twice the 12 of the pass that could not cut
+    window.put(rec("m12", 7))
+    window.shrink()
+    assert sorts == 2 and len(window) == 25
+
+
+def test_pop_one_takes_the_soonest_due_alarm_or_nothing() -> None:
+    window = loaded(rec("b", 20), rec("a", 10))
+    window.put(rec("b", 5))  # overwritten: its old heap entry is skipped
+    assert window.pop_one(4) is None
+    first = window.pop_one(100)
+    assert first is not None and first.object_name == "b"
+    second = window.pop_one(100)
+    assert second is not None and second.object_name == "a"
+    assert window.pop_one(100) is None
+    assert window.next_due_ms() is None
+
+
 # -- the model test --------------------------------------------------------------------------
 
 KEYS = [("C", f"o{i}") for i in range(12)]  # > 2 * capacity, so shrink() has work
