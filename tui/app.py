@@ -3,8 +3,11 @@
 One Screen per view, switched with MODES. The feed is one exclusive worker that
 connects, merges frames into `ConsoleState` and reconnects with backoff when the
 server goes away; the current view redraws from that state when `RedrawPacer`
-says so (at most once per server tick, keys first). Commands go through
-`command()`, which refuses in read-only mode and shows the server's answer.
+says so (at most once per server tick, keys first); the pages the alarms views
+fetch in the background are drawn the same way (`redraw_soon()`). Every view is
+composed once, right after the first one shows, so that a view's first visit
+costs what a later one does. Commands go through `command()`, which refuses in
+read-only mode and shows the server's answer.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from textual import events, work
 from textual.app import App, ScreenStackError
 from textual.binding import Binding
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import AwaitMount
 
 from alarmtop.tui import collector
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
@@ -36,6 +41,7 @@ from alarmtop.tui.screens.overview import OverviewScreen
 from alarmtop.tui.state import ConsoleState
 
 MAX_BACKOFF_S = 10.0
+COMPOSE_GAP_S = 0.02
 
 
 class AlarmtopApp(App[None]):
@@ -73,26 +79,67 @@ class AlarmtopApp(App[None]):
         self.filter_text = ""
         self.pacer = RedrawPacer()
         self._pace_timer: Timer | None = None
+        # Snapshots received: one comes after each (re)connect, and pages fetched before
+        # it may show data the server no longer has, so views key their pages by it.
+        self.snapshots = 0
 
     def on_mount(self) -> None:
         self.feed()
         self._pace()
+        self.call_after_refresh(self.compose_views)
+
+    @work(group="compose-views")
+    async def compose_views(self) -> None:
+        """Compose every view once, one at a time, after the first one shows.
+
+        Composing a view on its first visit (its widgets, their styles, its table
+        columns) took 40-110 ms of the key that asked for it on a loaded machine; a
+        view composed beforehand is shown as a later visit is. Textual has no public
+        way to start a screen that is not shown, so this puts it where `switch_mode`
+        looks for a mode's screen (Textual 8.x; tests/tui/test_console.py checks it).
+        When those internals are not as expected, views compose on first visit.
+        """
+        stacks = getattr(self, "_screen_stacks", None)
+        register = getattr(self, "_register", None)
+        if not isinstance(stacks, dict) or register is None:
+            return
+        if self.screen._css_update_count != self._css_update_count:
+            # Textual restyled the app before the first view was mounted, so it restyles
+            # everything again when that view is shown again (60-70 ms of the key that
+            # goes back to it, on a loaded machine); done now, nobody waits for it.
+            self.refresh_css(animate=False)
+        for mode, view in self.MODES.items():
+            if mode in stacks or not self.is_running:
+                continue
+            screen: Screen[Any] = view()
+            stacks[mode] = [screen]  # first: a key for this view now finds this screen
+            await AwaitMount(screen, register(self, screen))
+            if self.current_mode != mode:
+                # Composing focused its table; unfocused, it is focused when first shown,
+                # as on a first visit: the table then says which row is highlighted (the
+                # detail pane and the footer's actions follow it) once it has its rows.
+                # Not if its key came while it was composing: it is shown and focused.
+                screen.set_focus(None)
+            await asyncio.sleep(COMPOSE_GAP_S)  # keys and frames pass between two views
+        collector.settle()  # the views live as long as the console
 
     def on_unmount(self) -> None:
         collector.thaw()
 
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown)):
-            self.pacer.key(self._pace_clock())
+            self.pacer.key(self.clock())
         await super().on_event(event)
 
-    def _pace_clock(self) -> float:
-        # The loop's clock, not `time.monotonic()`: tests freeze the latter (countdowns).
+    def clock(self) -> float:
+        """Seconds for pacing and for the age of cached pages.
+
+        The loop's clock, not `time.monotonic()`: tests freeze the latter (countdowns)."""
         return asyncio.get_running_loop().time()
 
     def _pace(self) -> None:
         """Redraw if the pacer says it is time, then sleep until it will be."""
-        now = self._pace_clock()
+        now = self.clock()
         if self.pacer.wait(now) == 0:
             stale = self.pacer.stale
             self.pacer.drawn(now)
@@ -118,6 +165,7 @@ class AlarmtopApp(App[None]):
                         self.pacer.changed()
                         self._pace()
                     if frame.get("type") == "snapshot":
+                        self.snapshots += 1
                         self._reload_view()  # after a reconnect pages may be stale
             except CommandError as exc:  # a bad token will not get better by retrying
                 self.state.connected, self.state.status = False, f"refused: {exc}"
@@ -130,6 +178,12 @@ class AlarmtopApp(App[None]):
                 self.log.warning(f"feed: {exc}")
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    def redraw_soon(self) -> None:
+        """Redraw the view when the pacer says, as after a frame: for answers that come
+        in the background, so that a key pressed meanwhile is shown first."""
+        self.pacer.changed()
+        self._pace()
 
     def _redraw(self) -> None:
         try:

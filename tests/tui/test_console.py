@@ -10,6 +10,7 @@ frames from the server (see `until`). The last tests keep the bugs they found fi
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import warnings
 from typing import Any
@@ -817,3 +818,81 @@ async def test_the_fault_and_callback_forms_fit_on_screen(harness: Harness) -> N
                         "the form to close")
         await settle_workers(pilot)
     assert hidden == []
+
+
+# -- latency: pages fetched ahead, views composed ahead ----------------------------------
+
+
+async def test_pagedown_shows_the_next_page_before_the_server_answers(
+        harness: Harness) -> None:
+    """The page after the one shown came with it: pagedown shows it while the query it
+    sends is still unanswered, and the answer, when it comes, refreshes the page (an
+    alarm re-armed into it meanwhile shows up)."""
+    names = [f"payments-{i:03d}" for i in range(250)]
+    for i, name in enumerate(names):
+        await harness.rt.get(Flaky, name).arm((i + 1) * 1000)
+    await harness.clock.advance(0)
+    refs = [f"Flaky/{n}" for n in names]
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "2", AlarmsScreen, "#alarm-page", refs[:100])
+        await settle_workers(pilot)
+        gate, held = asyncio.Event(), []
+        request = app.client.request
+
+        async def held_back(op: str, **args: Any) -> Any:
+            if op == "alarms":  # the server is slow to answer pages from now on
+                held.append(args)
+                await gate.wait()
+            return await request(op, **args)
+
+        app.client.request = held_back  # type: ignore[method-assign]
+        await pilot.press("pagedown")
+        await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[100:200],
+                    "the second page, before the server answered")
+        assert held and not gate.is_set()
+        # payments-000 moves from the first page to the middle of the second one
+        await harness.rt.get(Flaky, names[0]).arm(150_500)
+        await harness.clock.advance(0)
+        gate.set()
+        fresh = [*refs[101:150], refs[0], *refs[150:200]]
+        await until(pilot, lambda: table_keys(pilot, "#alarm-page") == fresh,
+                    "the second page as the server has it now")
+        await settle_workers(pilot)
+
+
+def composed_ahead(app: AlarmtopApp) -> bool:
+    """Every view has its screen, mounted, where `switch_mode` looks for it."""
+    stacks = app._screen_stacks
+    return all(mode in stacks and stacks[mode][0].is_mounted for mode in app.MODES)
+
+
+async def test_every_view_is_composed_before_its_first_visit() -> None:
+    """Once the first view shows, the others are composed one by one, and a view's key
+    then shows the screen composed ahead, not a new one."""
+    app = fake_console()
+    async with app.run_test(size=SIZE) as pilot:
+        await fed(pilot)
+        await until(pilot, lambda: composed_ahead(app), "every view composed")
+        ahead = app._screen_stacks["alarms"][0]
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, AlarmsScreen), "the alarms view")
+        assert app.screen is ahead
+        app.workers.cancel_group(app, "feed")
+
+
+async def test_a_view_composed_ahead_shows_as_on_a_first_visit(harness: Harness) -> None:
+    """A view composed before it was shown still follows its selected row when it is: the
+    executions view shows the saga of the first execution and the footer its actions."""
+    eid, _ = await harness.needs_human()
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await until(pilot, lambda: composed_ahead(app), "every view composed")
+        await view(pilot, "3", ExecutionsScreen, "#execution-page", [eid])
+        await until(pilot, lambda: "saga stack" in static_text(pilot, "#execution-detail"),
+                    "the detail of the selected execution")
+        await until(pilot, lambda: "Retry comp." in footer_labels(pilot),
+                    "the execution actions in the footer")
+        await settle_workers(pilot)

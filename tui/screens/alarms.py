@@ -10,8 +10,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Static
+from textual.worker import Worker
 
 from alarmtop.tui.formatting import duration, first_line, relative
+from alarmtop.tui.paging import PageCache
 from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.base import Sorting, selected_key
 from alarmtop.tui.screens.overview import ALARM_COLUMNS, add_columns, alarm_rows, state_table
@@ -54,6 +56,8 @@ class AlarmsScreen(ActionsMixin):
         self.rows: dict[str, dict[str, Any]] = {}
         self.detail: dict[str, Any] | None = None  # the selected alarm, all attempts
         self.sorting = Sorting()
+        self.pages = PageCache(size=PAGE)
+        self._direction = 1  # of the last page move: the window fetched leans that way
         self._attempts_shown: Text | None = None
 
     def body(self) -> ComposeResult:
@@ -64,14 +68,34 @@ class AlarmsScreen(ActionsMixin):
             yield table
             yield Static(id="attempts", classes="detail")
 
+    def _query(self) -> tuple[str | None, str | None, int]:
+        return self.STATE, self.console.filter_text or None, self.console.snapshots
+
     async def reload(self) -> None:
-        data = await self.console.fetch("alarms", offset=self.page_offset, limit=PAGE,
-                                        state=self.STATE, filter=self.console.filter_text or None)
+        """Fetch the page shown and the pages around it (see `PageCache`); the page is
+        drawn on the console's next paced redraw, as a frame is: a key pressed before
+        it is shown first (repainting a changed page takes 40-140 ms on a loaded
+        machine, and the key is often one that leaves this view)."""
+        if await self._fetch():
+            self.console.redraw_soon()
+
+    async def _fetch(self) -> bool:
+        """Fetch the window around the page shown; True when the answer is now the page
+        shown (False when the fetch failed, or the view paged or filtered meanwhile)."""
+        query = self._query()
+        start, limit = self.pages.window(self.page_offset, self._direction)
+        data = await self.console.fetch("alarms", offset=start, limit=limit, state=query[0],
+                                        filter=query[1])
         if data is None:
-            return
-        self.total = data["total"]
-        self.rows = {r["object"]: r for r in data["rows"]}  # replaces the page: no stale rows
-        self.redraw()
+            return False
+        now = self.console.clock()
+        self.pages.store(query, start, limit, data["rows"], data["total"], now)
+        page = self.pages.get(self._query(), self.page_offset, now)
+        if page is None:  # its own fetch follows
+            return False
+        self.total = page.total
+        self.rows = {r["object"]: r for r in page.rows}  # replaces the page: no stale rows
+        return True
 
     def refresh_from(self, state: ConsoleState) -> None:
         super().refresh_from(state)
@@ -125,9 +149,25 @@ class AlarmsScreen(ActionsMixin):
 
     async def action_page(self, step: int) -> None:
         start = max(0, self.page_offset + step * PAGE)
-        if start < max(self.total, 1):
-            self.page_offset = start
-            await self.reload()
+        if start >= max(self.total, 1):
+            return
+        self.page_offset, self._direction = start, step
+        page = self.pages.get(self._query(), start, self.console.clock())
+        if page is None:  # the key waits for the server
+            if await self._fetch():
+                self.redraw()
+            return
+        # Shown at once from the window fetched around the last page. The fetch that
+        # refreshes it (it may be a few seconds old) and the pages around it starts
+        # once it is shown: its answer does not compete with this repaint.
+        self.total = page.total
+        self.rows = {r["object"]: r for r in page.rows}
+        self.redraw()
+        self.call_after_refresh(self._reload_later)
+
+    def _reload_later(self) -> None:
+        worker: Worker[None] = self.run_worker(self.reload, exclusive=True, group="reload")
+        del worker
 
 
 class DeadLettersScreen(AlarmsScreen):

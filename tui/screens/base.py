@@ -127,6 +127,11 @@ class ConsoleScreen(Screen[None]):
         frames, ticks and answers to queries may land while a view comes or goes."""
         with contextlib.suppress(NoMatches):
             self.refresh_from(self.console.state)
+            if _a_screen_is_up(self.app) and self is self.app.screen:
+                # What is shown is now current: the pacer then holds the next redraw back
+                # (while keys come), instead of drawing at once an answer that lands while
+                # a key waits, as it would for a view it thinks was drawn long ago.
+                self.console.pacer.drawn(self.console.clock())
 
     def refresh_from(self, state: ConsoleState) -> None:
         """Redraw from the console state (called on every frame from the server)."""
