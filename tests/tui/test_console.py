@@ -862,6 +862,49 @@ async def test_pagedown_shows_the_next_page_before_the_server_answers(
         await settle_workers(pilot)
 
 
+async def test_paging_faster_than_the_server_answers_keeps_pages_ahead(
+        harness: Harness) -> None:
+    """A page key does not cancel the refresh the last one started: when that answer
+    comes, the pages beyond the first window are here before their keys."""
+    names = [f"payments-{i:03d}" for i in range(600)]
+    for i, name in enumerate(names):
+        await harness.rt.get(Flaky, name).arm((i + 1) * 1000)
+    await harness.clock.advance(0)
+    refs = [f"Flaky/{n}" for n in names]
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "2", AlarmsScreen, "#alarm-page", refs[:100])
+        await settle_workers(pilot)
+        held: list[asyncio.Event] = []
+        request = app.client.request
+
+        async def one_at_a_time(op: str, **args: Any) -> Any:
+            if op == "alarms":  # each page query waits until the test lets it through
+                gate = asyncio.Event()
+                held.append(gate)
+                await gate.wait()
+            return await request(op, **args)
+
+        app.client.request = one_at_a_time  # type: ignore[method-assign]
+        await pilot.press("pagedown")
+        await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[100:200],
+                    "the second page, from the first window")
+        await until(pilot, lambda: len(held) == 1, "the refresh around the second page")
+        await pilot.press("pagedown")
+        await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[200:300],
+                    "the third page, from the first window")
+        held[0].set()  # the refresh started by the first key answers (pages 1-4)
+        await until(pilot, lambda: len(held) == 2, "one more refresh, for the second key")
+        await pilot.press("pagedown")
+        await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[300:400],
+                    "the fourth page, while the server has not answered for it")
+        app.client.request = request  # type: ignore[method-assign]
+        for gate in held:
+            gate.set()
+        await settle_workers(pilot)
+
+
 def composed_ahead(app: AlarmtopApp) -> bool:
     """Every view has its screen, mounted, where `switch_mode` looks for it."""
     stacks = app._screen_stacks

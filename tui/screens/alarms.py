@@ -58,6 +58,8 @@ class AlarmsScreen(ActionsMixin):
         self.sorting = Sorting()
         self.pages = PageCache(size=PAGE)
         self._direction = 1  # of the last page move: the window fetched leans that way
+        self._refreshing = False  # a refresh of the pages after a page key is under way
+        self._refresh_again = False  # and another key came meanwhile: refresh once more
         self._attempts_shown: Text | None = None
 
     def body(self) -> ComposeResult:
@@ -166,8 +168,25 @@ class AlarmsScreen(ActionsMixin):
         self.call_after_refresh(self._reload_later)
 
     def _reload_later(self) -> None:
-        worker: Worker[None] = self.run_worker(self.reload, exclusive=True, group="reload")
+        """Refresh the pages around the one shown, one fetch at a time. A new page key
+        does not cancel a fetch under way: keys faster than the server's answers would
+        cancel every one, and the pages ahead would run out."""
+        if self._refreshing:
+            self._refresh_again = True
+            return
+        self._refreshing = True
+        worker: Worker[None] = self.run_worker(self._refresh_pages, group="page-refresh")
         del worker
+
+    async def _refresh_pages(self) -> None:
+        try:
+            while True:
+                self._refresh_again = False
+                await self.reload()
+                if not self._refresh_again:
+                    return
+        finally:
+            self._refreshing = False
 
 
 class DeadLettersScreen(AlarmsScreen):
