@@ -823,21 +823,31 @@ async def test_the_fault_and_callback_forms_fit_on_screen(harness: Harness) -> N
 # -- latency: pages fetched ahead, views composed ahead ----------------------------------
 
 
+async def payments(harness: Harness, n: int) -> tuple[list[str], list[str]]:
+    """`n` flaky objects whose alarms fall due a second apart, in name order: (names,
+    their `Class/name` refs)."""
+    names = [f"payments-{i:03d}" for i in range(n)]
+    for i, name in enumerate(names):
+        await harness.rt.get(Flaky, name).arm((i + 1) * 1000)
+    await harness.clock.advance(0)
+    return names, [f"Flaky/{n}" for n in names]
+
+
+async def on_first_alarms_page(pilot: Pilot, refs: list[str]) -> None:
+    await connected(pilot)
+    await view(pilot, "2", AlarmsScreen, "#alarm-page", refs[:100])
+    await settle_workers(pilot)
+
+
 async def test_pagedown_shows_the_next_page_before_the_server_answers(
         harness: Harness) -> None:
     """The page after the one shown came with it: pagedown shows it while the query it
     sends is still unanswered, and the answer, when it comes, refreshes the page (an
     alarm re-armed into it meanwhile shows up)."""
-    names = [f"payments-{i:03d}" for i in range(250)]
-    for i, name in enumerate(names):
-        await harness.rt.get(Flaky, name).arm((i + 1) * 1000)
-    await harness.clock.advance(0)
-    refs = [f"Flaky/{n}" for n in names]
+    names, refs = await payments(harness, 250)
     app, rec = await start(harness)
     async with run(app, rec) as pilot:
-        await connected(pilot)
-        await view(pilot, "2", AlarmsScreen, "#alarm-page", refs[:100])
-        await settle_workers(pilot)
+        await on_first_alarms_page(pilot, refs)
         gate, held = asyncio.Event(), []
         request = app.client.request
 
@@ -866,16 +876,10 @@ async def test_paging_faster_than_the_server_answers_keeps_pages_ahead(
         harness: Harness) -> None:
     """A page key does not cancel the refresh the last one started: when that answer
     comes, the pages beyond the first window are here before their keys."""
-    names = [f"payments-{i:03d}" for i in range(600)]
-    for i, name in enumerate(names):
-        await harness.rt.get(Flaky, name).arm((i + 1) * 1000)
-    await harness.clock.advance(0)
-    refs = [f"Flaky/{n}" for n in names]
+    _, refs = await payments(harness, 600)
     app, rec = await start(harness)
     async with run(app, rec) as pilot:
-        await connected(pilot)
-        await view(pilot, "2", AlarmsScreen, "#alarm-page", refs[:100])
-        await settle_workers(pilot)
+        await on_first_alarms_page(pilot, refs)
         held: list[asyncio.Event] = []
         request = app.client.request
 
