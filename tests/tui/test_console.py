@@ -823,6 +823,29 @@ async def test_the_fault_and_callback_forms_fit_on_screen(harness: Harness) -> N
 # -- latency: pages fetched ahead, views composed ahead ----------------------------------
 
 
+class HeldPages:
+    """The console's page queries (`alarms`) wait, each on its own gate in `gates`,
+    until the test sets it or `release_all()` lets them all through from then on."""
+
+    def __init__(self, app: AlarmtopApp) -> None:
+        self.gates: list[asyncio.Event] = []
+        self.released = False
+        self._request = app.client.request
+        app.client.request = self._held  # type: ignore[method-assign]
+
+    async def _held(self, op: str, **args: Any) -> Any:
+        if op == "alarms" and not self.released:
+            gate = asyncio.Event()
+            self.gates.append(gate)
+            await gate.wait()
+        return await self._request(op, **args)
+
+    def release_all(self) -> None:
+        self.released = True
+        for gate in self.gates:
+            gate.set()
+
+
 async def payments(harness: Harness, n: int) -> tuple[list[str], list[str]]:
     """`n` flaky objects whose alarms fall due a second apart, in name order: (names,
     their `Class/name` refs)."""
@@ -848,24 +871,15 @@ async def test_pagedown_shows_the_next_page_before_the_server_answers(
     app, rec = await start(harness)
     async with run(app, rec) as pilot:
         await on_first_alarms_page(pilot, refs)
-        gate, held = asyncio.Event(), []
-        request = app.client.request
-
-        async def held_back(op: str, **args: Any) -> Any:
-            if op == "alarms":  # the server is slow to answer pages from now on
-                held.append(args)
-                await gate.wait()
-            return await request(op, **args)
-
-        app.client.request = held_back  # type: ignore[method-assign]
+        held = HeldPages(app)  # the server is slow to answer pages from now on
         await pilot.press("pagedown")
         await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[100:200],
                     "the second page, before the server answered")
-        assert held and not gate.is_set()
+        assert held.gates and not held.released
         # payments-000 moves from the first page to the middle of the second one
         await harness.rt.get(Flaky, names[0]).arm(150_500)
         await harness.clock.advance(0)
-        gate.set()
+        held.release_all()
         fresh = [*refs[101:150], refs[0], *refs[150:200]]
         await until(pilot, lambda: table_keys(pilot, "#alarm-page") == fresh,
                     "the second page as the server has it now")
@@ -880,32 +894,21 @@ async def test_paging_faster_than_the_server_answers_keeps_pages_ahead(
     app, rec = await start(harness)
     async with run(app, rec) as pilot:
         await on_first_alarms_page(pilot, refs)
-        held: list[asyncio.Event] = []
-        request = app.client.request
-
-        async def one_at_a_time(op: str, **args: Any) -> Any:
-            if op == "alarms":  # each page query waits until the test lets it through
-                gate = asyncio.Event()
-                held.append(gate)
-                await gate.wait()
-            return await request(op, **args)
-
-        app.client.request = one_at_a_time  # type: ignore[method-assign]
+        held = HeldPages(app)  # each page query waits until let through
+        gates = held.gates
         await pilot.press("pagedown")
         await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[100:200],
                     "the second page, from the first window")
-        await until(pilot, lambda: len(held) == 1, "the refresh around the second page")
+        await until(pilot, lambda: len(gates) == 1, "the refresh around the second page")
         await pilot.press("pagedown")
         await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[200:300],
                     "the third page, from the first window")
-        held[0].set()  # the refresh started by the first key answers (pages 1-4)
-        await until(pilot, lambda: len(held) == 2, "one more refresh, for the second key")
+        gates[0].set()  # the refresh started by the first key answers (pages 1-4)
+        await until(pilot, lambda: len(gates) == 2, "one more refresh, for the second key")
         await pilot.press("pagedown")
         await until(pilot, lambda: table_keys(pilot, "#alarm-page") == refs[300:400],
                     "the fourth page, while the server has not answered for it")
-        app.client.request = request  # type: ignore[method-assign]
-        for gate in held:
-            gate.set()
+        held.release_all()
         await settle_workers(pilot)
 
 
