@@ -77,6 +77,10 @@ class FaultRegistry:
         """Whether any fault waits to apply (the alarm path skips its look-ups when not)."""
         return bool(self._faults)
 
+    def armed_for(self, target: str) -> bool:
+        """Whether any fault waits for `target` (cheap: checked on every durable step)."""
+        return any(f.target == target for f in self._faults.values())
+
     def list(self) -> list[dict[str, Any]]:
         return [f.to_dict() for f in self._faults.values()]
 

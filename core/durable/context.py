@@ -141,7 +141,7 @@ class Invocation:
 
     def faults_armed(self) -> bool:
         """Whether any fault is armed against this execution (a crash may come anywhere)."""
-        return any(f["target"] == self.execution_id for f in self.faults.list())
+        return self.faults.armed_for(self.execution_id)
 
     def crash_point(self, step: str, point: str) -> None:
         fault = self.faults.find(self.execution_id, "step_crash", step)
