@@ -48,6 +48,7 @@ from common import (
     percentile,
     run_child,
     run_child_body,
+    run_in_fresh_dirs,
     work_dir,
 )
 
@@ -190,19 +191,10 @@ def child(opts: dict[str, Any]) -> None:
 
 def run_table(args: Any, shape: str, alarms: int, objects: int, title: str) -> Table:
     table = Table(title)
-    for _ in range(max(3, args.repeats)):
-        root = work_dir(args.dir, "alarm-fire-")
-        opts = {"dir": str(root / "data"), "shape": shape, "alarms": alarms,
-                "objects": objects, "spread_s": args.spread_s,
-                "max_concurrent": args.max_concurrent, "max_resident": args.max_resident}
-        try:
-            result = run_child(__file__, ["--child", json.dumps(opts)])
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        for key, value in result.items():
-            table.add(LABELS[key], value, UNITS[key])
-        print(f"  {title}: {result['fired_per_s']:,.0f}/s", file=sys.stderr)
-    table.print()
+    opts = {"shape": shape, "alarms": alarms, "objects": objects, "spread_s": args.spread_s,
+            "max_concurrent": args.max_concurrent, "max_resident": args.max_resident}
+    run_in_fresh_dirs(__file__, args, "alarm-fire-", opts, table, LABELS, UNITS,
+                      lambda r: f"{title}: {r['fired_per_s']:,.0f}/s")
     return table
 
 

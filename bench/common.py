@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,11 +103,6 @@ class Table:
         self.rows.setdefault(name, []).append(value)
         self.units[name] = unit
 
-    def add_all(self, result: dict[str, float], units: dict[str, str]) -> None:
-        for name, value in result.items():
-            if name in units:
-                self.add(name, value, units[name])
-
     def print(self) -> None:
         print(f"\n== {self.title}")
         print(f"{'figure':<44}{'median':>14}{'min':>14}{'max':>14}  unit   (n)")
@@ -130,7 +126,19 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}"
 
 
-def repeat(times: int, fn: Callable[[int], dict[str, float]], table: Table,
-           units: dict[str, str]) -> None:
-    for i in range(max(3, times)):
-        table.add_all(fn(i), units)
+def run_in_fresh_dirs(script: str, args: Any, prefix: str, opts: dict[str, Any], table: Table,
+                      labels: dict[str, str], units: dict[str, str],
+                      say: Callable[[dict[str, Any]], str]) -> None:
+    """Run `script`'s child `--repeats` times (at least 3), each in a fresh process on a
+    fresh data dir (under `--dir`), add each result to `table` and print it."""
+    for _ in range(max(3, args.repeats)):
+        root = work_dir(args.dir, prefix)
+        child_opts = {"dir": str(root / "data"), **opts}
+        try:
+            result = run_child(script, ["--child", json.dumps(child_opts)])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        for key, value in result.items():
+            table.add(labels[key], value, units[key])
+        print(f"  {say(result)}", file=sys.stderr)
+    table.print()

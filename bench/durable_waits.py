@@ -29,16 +29,21 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import shutil
 import sqlite3
 import statistics
-import sys
 import time
 from array import array
 from pathlib import Path
 from typing import Any
 
-from common import Table, base_parser, emit_child, peak_rss_mb, percentile, run_child, work_dir
+from common import (
+    Table,
+    base_parser,
+    emit_child,
+    peak_rss_mb,
+    percentile,
+    run_in_fresh_dirs,
+)
 
 SYSTEMS = ("alarmtop", "dbos", "dbos-wal")
 SEED = 7
@@ -177,17 +182,9 @@ def main() -> None:
     for system in args.systems.split(","):
         title = f"{system}: {n:,} executions waiting 1-{max_wait} s"
         table = Table(title)
-        for _ in range(max(3, args.repeats)):
-            root = work_dir(args.dir, "durable-waits-")
-            opts = {"dir": str(root / "data"), "system": system, "n": n, "max_wait_s": max_wait}
-            try:
-                result = run_child(__file__, ["--child", json.dumps(opts)])
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
-            for key, value in result.items():
-                table.add(LABELS[key], value, UNITS[key])
-            print(f"  {title}: p99 {result['p99_ms']:.1f} ms", file=sys.stderr)
-        table.print()
+        run_in_fresh_dirs(__file__, args, "durable-waits-",
+                          {"system": system, "n": n, "max_wait_s": max_wait}, table, LABELS,
+                          UNITS, lambda r, title=title: f"{title}: p99 {r['p99_ms']:.1f} ms")
         tables[system] = table
     if "alarmtop" in tables:
         at = tables["alarmtop"]

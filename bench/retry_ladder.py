@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import statistics
-import sys
 import time
 from array import array
 from pathlib import Path
 from typing import Any
 
-from common import Table, base_parser, emit_child, peak_rss_mb, percentile, run_child, work_dir
+from common import (
+    Table,
+    base_parser,
+    emit_child,
+    peak_rss_mb,
+    percentile,
+    run_in_fresh_dirs,
+)
 
 from alarmtop.core import AlarmInfo, DurableObject, Event, RetryPolicy, Runtime, SystemClock
 
@@ -142,17 +147,9 @@ def main() -> None:
     n = args.objects or (300 if args.quick else 1_000)
     table = Table(f"retry ladder: {n:,} objects failing {FAILS} times, retries 0.5/1/2 s, "
                   f"first attempts over {args.spread_s:g} s")
-    for _ in range(max(3, args.repeats)):
-        root = work_dir(args.dir, "retry-ladder-")
-        opts = {"dir": str(root / "data"), "objects": n, "spread_s": args.spread_s}
-        try:
-            result = run_child(__file__, ["--child", json.dumps(opts)])
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-        for key, value in result.items():
-            table.add(LABELS[key], value, UNITS[key])
-        print(f"  p99 vs schedule {result['sched_p99_ms']:.1f} ms", file=sys.stderr)
-    table.print()
+    run_in_fresh_dirs(__file__, args, "retry-ladder-", {"objects": n, "spread_s": args.spread_s},
+                      table, LABELS, UNITS,
+                      lambda r: f"p99 vs schedule {r['sched_p99_ms']:.1f} ms")
     p99 = statistics.median(table.rows[LABELS["sched_p99_ms"]])
     verdict = "met" if p99 < 10 else "NOT met"
     print(f"\n== bar: retry deviation p99 < 10 ms: {p99:.1f} ms (median run), {verdict}")
