@@ -2,10 +2,10 @@
 
 Every timer in the runtime goes through a clock so that tests can jump through
 hours of retries in milliseconds. The virtual clock also knows when the runtime
-is *idle*: runtime tasks are tracked, and a tracked task counts as busy except
-while it waits on the clock. `VirtualClock.advance` moves from one due timer to
-the next and waits for idleness at each, so results do not depend on the speed
-of the machine.
+is *idle* through its `BusyTracker` (see `alarmtop.core.tasks`): runtime tasks are
+tracked, and a tracked task counts as busy except while it waits on the clock.
+`VirtualClock.advance` moves from one due timer to the next and waits for idleness
+at each, so results do not depend on the speed of the machine.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, TypeVar
+
+from alarmtop.core.tasks import BusyTracker, Supervisor, Wakeup
 
 T = TypeVar("T")
 
@@ -43,7 +45,9 @@ class TimerHandle:
 
 
 class Clock(Protocol):
-    """What the runtime needs from time."""
+    """What the runtime needs from time, and nothing else: tasks and idleness belong
+    to `alarmtop.core.tasks` (a clock that must know when the runtime is idle, as the
+    virtual one does, carries a `BusyTracker` as `tracker`)."""
 
     def now_ms(self) -> int: ...
 
@@ -52,128 +56,6 @@ class Clock(Protocol):
     async def sleep_until_ms(self, when_ms: int) -> None: ...
 
     async def sleep(self, seconds: float) -> None: ...
-
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]: ...
-
-    async def idle_wait(self, awaitable: Awaitable[T]) -> T: ...
-
-
-class _TrackingMixin:
-    """Busy accounting shared by both clocks (a no-op cost for the wall clock)."""
-
-    def __init__(self) -> None:
-        self._busy = 0
-        self._tracked: set[asyncio.Task[Any]] = set()
-        self._idle: asyncio.Event | None = None
-
-    def _idle_event(self) -> asyncio.Event:
-        if self._idle is None:
-            self._idle = asyncio.Event()
-            if self._busy == 0:
-                self._idle.set()
-        return self._idle
-
-    def _acquire(self) -> None:
-        self._busy += 1
-        if self._idle is not None:
-            self._idle.clear()
-
-    def _release(self) -> None:
-        self._busy -= 1
-        if self._busy == 0 and self._idle is not None:
-            self._idle.set()
-
-    def _is_tracked(self) -> bool:
-        task = asyncio.current_task()
-        return task is not None and task in self._tracked
-
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
-        """Start a runtime task that counts as busy until it ends or waits on the clock."""
-        self._acquire()
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tracked.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tracked.discard(task)
-        self._release()
-
-    async def idle_wait(self, awaitable: Awaitable[T]) -> T:
-        """Await something that is not work of the runtime (a queue, a lock held elsewhere).
-
-        A tracked task waiting here is not busy. Whoever wakes it is expected to be
-        busy itself until the woken task has run (a handler awaiting its commit, say).
-        """
-        if not self._is_tracked():
-            return await awaitable
-        self._release()
-        try:
-            return await awaitable
-        finally:
-            self._acquire()
-
-    async def _wait_timer(self, when_ms: int) -> None:
-        await Wakeup(self).wait(when_ms)
-
-    def call_at_ms(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
-        raise NotImplementedError
-
-
-class Wakeup:
-    """Wait until a time or until poked, whichever comes first.
-
-    Whoever wakes a tracked waiter (the clock's timer or `poke`) takes the busy
-    token for it before it runs, so a virtual clock never sees an idle gap
-    between a cause and its effect.
-    """
-
-    def __init__(self, clock: _TrackingMixin) -> None:
-        self._clock = clock
-        self._fut: asyncio.Future[None] | None = None
-        self._tracked = False
-        self._poked = False
-
-    def poke(self) -> None:
-        fut = self._fut
-        if fut is None:
-            self._poked = True
-        elif not fut.done():
-            self._wake(fut)
-
-    def _wake(self, fut: asyncio.Future[None]) -> None:
-        if self._tracked:
-            self._clock._acquire()
-        fut.set_result(None)
-
-    async def wait(self, when_ms: int | None) -> None:
-        """Return at `when_ms` (never, if None) or when poked; a poke before `wait` counts."""
-        if self._poked:
-            self._poked = False
-            return
-        clock = self._clock
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._fut, self._tracked = fut, clock._is_tracked()
-
-        def fire() -> None:
-            if not fut.done():
-                self._wake(fut)
-
-        handle = clock.call_at_ms(when_ms, fire) if when_ms is not None else None
-        if self._tracked:
-            clock._release()
-        try:
-            await fut
-        finally:
-            self._fut = None
-            if not (fut.done() and not fut.cancelled()):
-                # Cancelled while waiting: nobody handed us the token.
-                if handle is not None:
-                    handle.cancel()
-                if self._tracked:
-                    clock._acquire()
-            elif handle is not None:
-                handle.cancel()
 
 
 class Deadlines:
@@ -304,22 +186,22 @@ class ClockTimeout:
         return False
 
 
-class SystemClock(_TrackingMixin):
+class SystemClock:
     """Wall-clock time (epoch milliseconds) with timers on the event loop.
 
-    Nobody waits for the wall clock to be idle, so it keeps no busy accounting: its
-    tasks are plain tasks and `idle_wait` is a plain await (these sit on the hot path
-    of every alarm).
+    Nobody waits for the wall clock to be idle, so it has no busy tracker: the
+    runtime's tasks are plain tasks and waits are plain awaits (these sit on the
+    hot path of every alarm).
     """
 
+    def __init__(self) -> None:
+        self._helper: Supervisor | None = None
+
     def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
-        return asyncio.get_running_loop().create_task(coro, name=name)
-
-    def _is_tracked(self) -> bool:
-        return False
-
-    async def idle_wait(self, awaitable: Awaitable[T]) -> T:
-        return await awaitable
+        """A helper for scripts and tests: start a task owned by the clock's supervisor."""
+        if self._helper is None:
+            self._helper = Supervisor(None, "clock")
+        return self._helper.spawn(coro, name)
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
@@ -331,22 +213,24 @@ class SystemClock(_TrackingMixin):
         return handle
 
     async def sleep_until_ms(self, when_ms: int) -> None:
-        await self._wait_timer(when_ms)
+        await Wakeup(self).wait(when_ms)
 
     async def sleep(self, seconds: float) -> None:
-        await self._wait_timer(self.now_ms() + round(seconds * 1000))
+        await Wakeup(self).wait(self.now_ms() + round(seconds * 1000))
 
 
-class VirtualClock(_TrackingMixin):
+class VirtualClock:
     """A clock that only moves when a test tells it to.
 
     `await clock.advance(seconds)` fires every timer that falls due, in time order,
     including timers set by the work those timers set off, and returns once the
-    runtime is idle at the target time.
+    runtime is idle at the target time: every runtime on this clock does its busy
+    accounting on `tracker`.
     """
 
     def __init__(self, start_ms: int = 1_800_000_000_000) -> None:
-        super().__init__()
+        self.tracker = BusyTracker()
+        self._helper = Supervisor(self.tracker, "test")
         self._now = int(start_ms)
         self._timers: list[tuple[int, int, TimerHandle]] = []
         self._seq = itertools.count()
@@ -360,10 +244,22 @@ class VirtualClock(_TrackingMixin):
         return handle
 
     async def sleep_until_ms(self, when_ms: int) -> None:
-        await self._wait_timer(when_ms)
+        await Wakeup(self, self.tracker).wait(when_ms)
 
     async def sleep(self, seconds: float) -> None:
-        await self._wait_timer(self._now + round(seconds * 1000))
+        await Wakeup(self, self.tracker).wait(self._now + round(seconds * 1000))
+
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        """A helper for tests: start a tracked task (`advance` waits for it to be idle)."""
+        return self._helper.spawn(coro, name)
+
+    async def idle_wait(self, awaitable: Awaitable[T]) -> T:
+        """Await, from a tracked task, something other tracked work finishes."""
+        return await self.tracker.idle_wait(awaitable)
+
+    @property
+    def busy(self) -> int:
+        return self.tracker.busy
 
     def next_timer_ms(self) -> int | None:
         """When the next live timer is due, or None."""
@@ -373,13 +269,7 @@ class VirtualClock(_TrackingMixin):
 
     async def settle(self) -> None:
         """Wait until no tracked task is busy (and the loop has run what is ready)."""
-        while True:
-            await self._idle_event().wait()
-            # Let callbacks that are already scheduled run; they may start new work.
-            for _ in range(3):
-                await asyncio.sleep(0)
-            if self._busy == 0:
-                return
+        await self.tracker.settle()
 
     async def advance(self, seconds: float) -> None:
         """Move time forward by `seconds`, firing due timers in order."""

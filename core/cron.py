@@ -18,10 +18,11 @@ from typing import Any
 
 from apscheduler.triggers.cron import CronTrigger
 
-from alarmtop.core.clock import Clock, Wakeup
+from alarmtop.core.clock import Clock
 from alarmtop.core.errors import BadCronExpression
 from alarmtop.core.events import EventBus
 from alarmtop.core.logs import RUNTIME_LOG, log_event
+from alarmtop.core.tasks import Supervisor, Wakeup
 
 CronFn = Callable[[], Awaitable[Any] | Any]
 
@@ -56,8 +57,9 @@ def next_fire_ms(trigger: CronTrigger, after_ms: int) -> int | None:
 
 
 class CronRunner:
-    def __init__(self, clock: Clock, events: EventBus) -> None:
+    def __init__(self, clock: Clock, events: EventBus, tasks: Supervisor) -> None:
         self._clock = clock
+        self._tasks = tasks
         self._events = events
         self.jobs: list[CronJob] = []
         self._running = False
@@ -79,7 +81,7 @@ class CronRunner:
             self._start_job(job)
 
     def _start_job(self, job: CronJob) -> None:
-        job.task = self._clock.spawn(self._run(job), name=f"cron:{job.name}")
+        job.task = self._tasks.spawn(self._run(job), name=f"cron:{job.name}")
 
     async def stop(self) -> None:
         self._running = False
@@ -89,7 +91,7 @@ class CronRunner:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, job: CronJob) -> None:
-        wake = Wakeup(self._clock)  # type: ignore[arg-type]
+        wake = Wakeup(self._clock)
         while True:
             job.next_fire_ms = next_fire_ms(job.trigger, self._clock.now_ms())
             if job.next_fire_ms is None:

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from alarmtop.core import outbox
+
 
 class _Now(Protocol):
     def now_ms(self) -> int: ...
@@ -93,6 +95,18 @@ class EventBus:
         return bool(self._sub_snapshot or self._listener_snapshot)
 
     def emit(self, type_: str, data: dict[str, Any] | None = None) -> None:
+        """Announce a state change. Inside an object's event it waits in the event's
+        outbox and goes out once the event's commit has landed (or never, if it fails)."""
+        if not (self._sub_snapshot or self._listener_snapshot):
+            return
+        box = outbox.current()
+        if box is not None:
+            box.events.append((type_, data or {}))
+            return
+        self.deliver(type_, data)
+
+    def deliver(self, type_: str, data: dict[str, Any] | None = None) -> None:
+        """Announce now (what an outbox calls once its event is durable)."""
         subs, listeners = self._sub_snapshot, self._listener_snapshot
         if not (subs or listeners):
             return

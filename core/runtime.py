@@ -9,8 +9,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.dispatch import AlarmDispatcher
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.alarms.policy import DEFAULT_KEEP, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.alarms.scheduler import AlarmScheduler
 from alarmtop.core.alarms.status import AlarmStatus
 from alarmtop.core.clock import Clock, SystemClock
@@ -30,6 +31,7 @@ from alarmtop.core.objects.host import ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
 from alarmtop.core.storage.interface import StorageBackend
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
+from alarmtop.core.tasks import Supervisor, tracker_of
 
 # Methods the runtime calls itself; RPC cannot reach them.
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
@@ -45,6 +47,9 @@ def check_object_name(name: Any) -> str:
                                 f"{MAX_NAME_LENGTH}")
     if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise InvalidObjectName(f"object name {name!r} contains control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+        raise InvalidObjectName(f"object name {name!r} contains a lone surrogate (not valid "
+                                "text); names are UTF-8 text")
     return name
 
 
@@ -92,6 +97,8 @@ class Runtime:
         max_concurrent_alarms: bound on alarm handlers running at once.
         window_size: how many soonest-due alarms are kept in memory.
         sweep_interval: seconds between sweeps for overdue work and dead letters.
+        keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
+            first few); `AlarmStatus.attempt_count` counts them all.
     """
 
     def __init__(self, data_dir: str | Path = "./data", clock: Clock | None = None, *,
@@ -99,8 +106,12 @@ class Runtime:
                  alarm_timeout: float = 900.0, retry_policy: RetryPolicy | None = None,
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
-                 backend: StorageBackend | None = None, rng: random.Random | None = None) -> None:
+                 backend: StorageBackend | None = None, rng: random.Random | None = None,
+                 keep_attempts: int = DEFAULT_KEEP) -> None:
         self.clock: Clock = clock or SystemClock()
+        # Owns every background task; its busy accounting is the clock's, when the clock
+        # keeps one (a virtual clock waits for the runtime to be idle).
+        self.tasks = Supervisor(tracker_of(self.clock))
         self.data_dir = Path(data_dir)
         self.env = env
         self.retry_policy = retry_policy or RetryPolicy()
@@ -110,23 +121,45 @@ class Runtime:
         self._classes: dict[str, type[DurableObject]] = {}
         self._policies: dict[str, RetryPolicy] = {}
         self.scheduler = AlarmScheduler(
-            self.backend.alarm_index, self.clock, self.events, self.policy_for,
+            self.backend.alarm_index, self.clock, self.events, self.policy_for, self.tasks,
             max_concurrent=max_concurrent_alarms, window_size=window_size,
-            sweep_interval_s=sweep_interval, rng=rng)
+            sweep_interval_s=sweep_interval, rng=rng, keep_attempts=keep_attempts)
         self.host = ObjectHost(self._classes, self.backend, self.scheduler, self.clock,
-                               self.events, env, hibernate_after_s=hibernate_after,
+                               self.events, env, self.tasks, hibernate_after_s=hibernate_after,
                                max_resident=max_resident,
                                delete_all_preserves_alarm=delete_all_preserves_alarm)
         self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
                                            alarm_timeout)
-        self._cron = CronRunner(self.clock, self.events)
+        self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
         self.running = False
-        # Durable executions: execution objects share one engine and the runtime database.
-        from alarmtop.core.durable.service import AuditLog, ExecutionEngine, Executions, Ledger
-        self.executions = Executions(self, ExecutionEngine(self, rng))
-        self.audit = AuditLog(self)
-        self.ledger = Ledger(self)
+        # Durable executions: execution objects share one engine and the backend's log store.
+        from alarmtop.core.durable.service import (
+            EXECUTION_CLASS,
+            AuditLog,
+            ExecutionEngine,
+            Executions,
+            Ledger,
+        )
+        store = self.backend.execution_store
+        self.audit = AuditLog(store, self.events, self.clock)
+        self.ledger = Ledger(store, self.events, self.faults, self.clock)
+
+        def execution_stub(execution_id: str) -> Stub:
+            return self.get(EXECUTION_CLASS, execution_id)
+
+        async def start_execution(name: str, execution_id: str, parent: str,
+                                  input_text: str) -> Any:
+            return await self.executions.start(name, None, execution_id, parent=parent,
+                                               input_text=input_text)
+
+        async def call_execution(execution_id: str, method: str, *args: Any) -> Any:
+            return await getattr(execution_stub(execution_id), method)(*args)
+
+        engine = ExecutionEngine(store, self.events, self.faults, self.clock, rng,
+                                 start_execution=start_execution,
+                                 call_execution=call_execution)
+        self.executions = Executions(engine, execution_stub, self.audit)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -136,6 +169,10 @@ class Runtime:
         if not (isinstance(cls, type) and issubclass(cls, DurableObject)):
             raise InvalidArgument(f"register() takes a DurableObject subclass, not {cls!r}")
         name = cls.__name__
+        if not name.isidentifier():
+            # The class name is a folder under the data dir: '..' or 'a/b' would escape it.
+            raise InvalidArgument(f"object class names must be Python identifiers, not "
+                                  f"{name!r}; rename the class")
         existing = self._classes.get(name)
         if existing is not None and existing is not cls:
             raise InvalidArgument(f"another class named {name!r} is already registered")
@@ -178,10 +215,9 @@ class Runtime:
         if self.running:
             return
         await self.backend.open()
+        self.tasks.reopen()
         self.running = True
-        await self.scheduler.start(self._dispatcher.fire)
-        if self.executions.engine.handlers:
-            await self.executions.engine.recover()
+        await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
         self.host.start()
         self._cron.start()
 
@@ -193,6 +229,7 @@ class Runtime:
         await self._cron.stop()
         await self.scheduler.stop()
         await self.host.stop()
+        await self.tasks.close()
         await self.backend.close()
 
     async def __aenter__(self) -> Runtime:
@@ -227,39 +264,27 @@ class Runtime:
             raise UnknownMethod(class_name, method)
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
-        async with self.host.exclusive((class_name, name)) as r:
-            instance = await self.host.wake(r)
-            try:
-                result = await getattr(instance, method)(*args, **kwargs)
-            finally:
-                await self._end_event(r.key, r.storage)
-        return json_copy(result, f"the result of {class_name}.{method}")
+
+        async def body(instance: DurableObject) -> Any:
+            return await getattr(instance, method)(*args, **kwargs)
+
+        out = await self.host.run_event((class_name, name), body)
+        if out.error is not None:
+            raise out.error  # its writes are kept: the event committed
+        return json_copy(out.value, f"the result of {class_name}.{method}")
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
         """Deliver a WebSocket event to an object (waking it), like any other event."""
         self._check_running()
         class_name = self._class_name(class_name)
-        async with self.host.exclusive((class_name, check_object_name(name))) as r:
-            instance = await self.host.wake(r)
-            try:
-                await getattr(instance, method)(*args)
-            finally:
-                await self._end_event(r.key, r.storage)
 
-    async def _end_event(self, key: tuple[str, str], storage: Any) -> None:
-        """The output gate: storage writes, then the alarm change, both durable."""
-        r_ctx = storage
-        if r_ctx is None:
-            return
-        try:
-            await r_ctx._commit()
-        except BaseException:
-            r_ctx._forget_alarm()  # the event failed: its alarm change goes with its writes
-            raise
-        dirty, at_ms = r_ctx._take_alarm_change()
-        if dirty:
-            await self.scheduler.set_from_object(key, at_ms)
+        async def body(instance: DurableObject) -> Any:
+            return await getattr(instance, method)(*args)
+
+        out = await self.host.run_event((class_name, check_object_name(name)), body)
+        if out.error is not None:
+            raise out.error
 
     # -- alarms ---------------------------------------------------------------------------
 
@@ -300,15 +325,22 @@ class Runtime:
 
     async def _operate(self, cls: type[DurableObject] | str, name: str, action: str,
                        apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:
+        """Apply an operator's decision to the alarm record, without waking the object:
+        the record is the runtime's own. An attempt in flight ends first (its end would
+        overwrite the decision)."""
         self._check_running()
         key = (self._class_name(cls), check_object_name(name))
-        async with self.host.exclusive(key) as r:
-            rec = await self.scheduler.lookup(key)
-            if rec is None:
-                raise NoAlarm(*key, action)
-            new = await apply(rec)
-            if r.storage is not None:
-                r.storage._forget_alarm()
+        rec = await self.scheduler.lookup(key)
+        if rec is not None and rec.state is AlarmState.RUNNING:
+            async with self.host.exclusive(key):
+                rec = await self.scheduler.lookup(key)
+                if rec is None:
+                    raise NoAlarm(*key, action)
+                new = await apply(rec)
+            return self._status(new if new is not None else rec)
+        if rec is None:
+            raise NoAlarm(*key, action)
+        new = await apply(rec)
         return self._status(new if new is not None else rec)
 
     async def rearm(self, cls: type[DurableObject] | str, name: str,
@@ -328,7 +360,7 @@ class Runtime:
             if rec.state is not AlarmState.DEAD:
                 raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
                                       f"{rec.state.value}, not a dead letter; nothing cleared")
-            await self.scheduler.set_from_object(rec.key, None)
+            await self.scheduler.commit(rec.key, P.delete_alarm(rec))
         return await self._operate(cls, name, "clear", clear)
 
     async def sweep(self) -> int:

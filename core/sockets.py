@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from alarmtop.core import outbox
 from alarmtop.core.errors import InvalidArgument
 from alarmtop.core.events import EventBus
 from alarmtop.core.serialization import to_json
@@ -60,14 +61,29 @@ class HibernatableWebSocket:
         return self.id in self._registry._entries
 
     async def send(self, message: str) -> None:
+        """Send `message`; inside an object's event it leaves once the event's commit
+        has landed (and not at all if the event fails)."""
         entry = self._registry._entries.get(self.id)
-        if entry is not None:
-            await entry.transport.send(message)
+        if entry is None:
+            return
+        box = outbox.current()
+        if box is not None:
+            transport = entry.transport
+            box.sends.append(lambda: transport.send(message))
+            return
+        await entry.transport.send(message)
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close the connection (after the event's commit, inside an event)."""
         entry = self._registry._entries.get(self.id)
-        if entry is not None:
-            await entry.transport.close(code, reason)
+        if entry is None:
+            return
+        box = outbox.current()
+        if box is not None:
+            transport = entry.transport
+            box.sends.append(lambda: transport.close(code, reason))
+            return
+        await entry.transport.close(code, reason)
 
     def serialize_attachment(self, value: Any) -> None:
         """Keep a small JSON value with the connection; it survives hibernation."""

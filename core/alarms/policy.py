@@ -48,13 +48,18 @@ class RetryPolicy:
 
 
 def next_delay(policy: RetryPolicy, retry_number: int, rng: random.Random | None = None) -> float:
-    """Seconds between a failure and retry number `retry_number` (1-based)."""
-    try:
-        delay = policy.initial_delay_s * policy.backoff_rate ** (retry_number - 1)
-    except OverflowError:
-        delay = math.inf
-    # Without a cap of its own, a long ladder still stays storable (and sane).
-    delay = min(delay, policy.max_delay_s if policy.max_delay_s is not None else MAX_DELAY_S)
+    """Seconds between a failure and retry number `retry_number` (1-based).
+
+    Finite for any retry number: the doubling is compared with the cap in log space,
+    so a long ladder never overflows (nor turns a zero delay into infinity)."""
+    cap = policy.max_delay_s if policy.max_delay_s is not None else MAX_DELAY_S
+    initial, rate, exponent = policy.initial_delay_s, policy.backoff_rate, max(0, retry_number - 1)
+    if initial <= 0 or cap <= 0:
+        delay = 0.0
+    elif rate <= 1 or exponent * math.log(rate) < math.log(cap) - math.log(initial):
+        delay = min(initial * rate ** exponent, cap)
+    else:
+        delay = cap  # past the cap (and the float range, for a long enough ladder)
     if policy.jitter and rng is not None:
         delay -= delay * policy.jitter * rng.random()
     return delay
@@ -75,11 +80,24 @@ class Attempt:
 
 
 AlarmKey = tuple[str, str]  # (object class, object name)
+KEEP_FIRST = 3  # attempts kept from the start of a ladder, beside the last `keep`
+DEFAULT_KEEP = 20
 
 
 @dataclass(frozen=True)
 class AlarmRecord:
-    """Everything the runtime knows about one object's alarm."""
+    """Everything the runtime knows about one object's alarm (a row of the alarm index).
+
+    `gen` is the generation of the object's alarm intent this record was made from
+    (see `alarms.intent`): what the object's code set or deleted is its intent,
+    what the runtime decided since (retries, the dead letter, an operator's re-arm)
+    is this record. `hint_ms`/`hint_gen` are a wake hint an event wrote before its
+    object committed a new, earlier intent: the record fires no later than the hint,
+    and the dispatcher then reads the intent to see whether it landed. `in_file`
+    says the object's intent may live in the object's own database (else it is this
+    row). `attempts` keeps the first few and the last `keep` failures;
+    `attempt_count` counts them all.
+    """
 
     object_class: str
     object_name: str
@@ -90,6 +108,11 @@ class AlarmRecord:
     last_error: str | None = None
     attempts: tuple[Attempt, ...] = field(default_factory=tuple)
     started_ms: int | None = None  # start of the attempt in progress
+    gen: int = 0
+    hint_ms: int | None = None
+    hint_gen: int = 0
+    in_file: bool = False
+    attempt_count: int = 0
 
     @property
     def key(self) -> AlarmKey:
@@ -97,8 +120,19 @@ class AlarmRecord:
 
     @property
     def due_ms(self) -> int | None:
-        """When the scheduler should next run this alarm (None: never, it is dead)."""
-        return None if self.state is AlarmState.DEAD else self.next_attempt_ms
+        """When the scheduler should next look at this alarm (None: never, it is dead
+        and has no hint): its next attempt, or its wake hint if that comes first."""
+        due = None if self.state is AlarmState.DEAD else self.next_attempt_ms
+        hint = self.hint_ms
+        if hint is not None and (due is None or hint < due):
+            return hint
+        return due
+
+    @property
+    def attempt_due(self) -> bool:
+        """Whether the record itself (not only its hint) asks for an attempt by `due_ms`."""
+        return self.state is not AlarmState.DEAD and self.next_attempt_ms is not None and (
+            self.hint_ms is None or self.next_attempt_ms <= self.hint_ms)
 
     def user_view(self) -> int | None:
         """What `get_alarm()` shows to the object's own code."""
@@ -119,45 +153,77 @@ class Transition(NamedTuple):
     events: tuple[Announcement, ...] = ()
 
 
-def _ann(type_: str, rec: AlarmRecord, **data: Any) -> Announcement:
+def ann(type_: str, rec: AlarmRecord, **data: Any) -> Announcement:
     return Announcement(type_, {"object": f"{rec.object_class}/{rec.object_name}", **data})
 
 
-def set_alarm(key: AlarmKey, at_ms: int) -> Transition:
-    rec = AlarmRecord(key[0], key[1], scheduled_ms=at_ms, next_attempt_ms=at_ms)
-    return Transition(rec, (_ann("alarm.set", rec, scheduled_ms=at_ms),))
+def set_alarm(key: AlarmKey, at_ms: int, gen: int = 0, in_file: bool = False) -> Transition:
+    """The object's intent `gen` asks for an alarm at `at_ms`: a fresh record."""
+    rec = AlarmRecord(key[0], key[1], scheduled_ms=at_ms, next_attempt_ms=at_ms, gen=gen,
+                      in_file=in_file)
+    return Transition(rec, (ann("alarm.set", rec, scheduled_ms=at_ms),))
+
+
+def hint(rec: AlarmRecord, at_ms: int, gen: int, in_file: bool) -> Transition:
+    """Wake no later than `at_ms`: an event is about to commit intent `gen` asking for it.
+
+    The record itself (its retry count, its dead letter) is left alone until the
+    object's commit has landed; only then does `set_alarm` replace it."""
+    early = at_ms if rec.hint_ms is None or at_ms < rec.hint_ms else rec.hint_ms
+    return Transition(replace(rec, hint_ms=early, hint_gen=max(gen, rec.hint_gen),
+                              in_file=rec.in_file or in_file))
 
 
 def delete_alarm(rec: AlarmRecord) -> Transition:
-    return Transition(None, (_ann("alarm.deleted", rec),))
+    return Transition(None, (ann("alarm.deleted", rec),))
 
 
 def start_attempt(rec: AlarmRecord, now_ms: int) -> Transition:
+    """The handler is about to run (the dispatcher has checked the intent: any hint
+    has been dealt with, so it goes)."""
     # Spelled out rather than `replace(...)`, which costs twice as much: once per firing.
     started = AlarmRecord(rec.object_class, rec.object_name, rec.scheduled_ms,
                           AlarmState.RUNNING, rec.retry_count, rec.next_attempt_ms,
-                          rec.last_error, rec.attempts, now_ms)
+                          rec.last_error, rec.attempts, now_ms, rec.gen, None, 0, rec.in_file,
+                          rec.attempt_count)
     return Transition(
         started,
-        (_ann("alarm.fired", rec, retry_count=rec.retry_count, scheduled_ms=rec.scheduled_ms,
+        (ann("alarm.fired", rec, retry_count=rec.retry_count, scheduled_ms=rec.scheduled_ms,
               lateness_ms=now_ms - (rec.next_attempt_ms or now_ms)),),
     )
 
 
-def succeed(rec: AlarmRecord, now_ms: int, new_alarm_ms: int | None) -> Transition:
-    """The handler returned. A new alarm set by the handler survives; else the alarm is done.
+def succeed(rec: AlarmRecord, now_ms: int, new_alarm_ms: int | None, gen: int | None = None,
+            in_file: bool = False) -> Transition:
+    """The handler returned. A new alarm set by the handler (its intent `gen`) survives;
+    else the alarm is done.
 
     A later alarm that an earlier failing attempt set (kept in `scheduled_ms` while
     the retry ran first) survives too: success does not swallow it.
     """
-    done = _ann("alarm.succeeded", rec, retry_count=rec.retry_count,
+    done = ann("alarm.succeeded", rec, retry_count=rec.retry_count,
                 duration_ms=now_ms - (rec.started_ms or now_ms))
-    if new_alarm_ms is None and rec.scheduled_ms > now_ms:
+    if new_alarm_ms is None and rec.scheduled_ms > now_ms and gen is None:
         new_alarm_ms = rec.scheduled_ms
     if new_alarm_ms is None:
         return Transition(None, (done,))
-    nxt = AlarmRecord(rec.object_class, rec.object_name, new_alarm_ms, next_attempt_ms=new_alarm_ms)
-    return Transition(nxt, (done, _ann("alarm.set", nxt, scheduled_ms=new_alarm_ms)))
+    nxt = AlarmRecord(rec.object_class, rec.object_name, new_alarm_ms,
+                      next_attempt_ms=new_alarm_ms, gen=rec.gen if gen is None else gen,
+                      in_file=rec.in_file or in_file)
+    return Transition(nxt, (done, ann("alarm.set", nxt, scheduled_ms=new_alarm_ms)))
+
+
+def kept_attempts(attempts: tuple[Attempt, ...], new: Attempt,
+                  keep: int = DEFAULT_KEEP) -> tuple[Attempt, ...]:
+    """The first few attempts and the last `keep`, with `new` appended.
+
+    An alarm that fails for days must not grow a record rewritten at every attempt:
+    the start of the ladder says how it began, the tail how it goes now."""
+    out = (*attempts, new)
+    limit = KEEP_FIRST + max(1, keep)
+    if len(out) <= limit:
+        return out
+    return (*out[:KEEP_FIRST], *out[len(out) - max(1, keep):])
 
 
 def fail(
@@ -168,34 +234,40 @@ def fail(
     new_alarm_ms: int | None = None,
     rng: random.Random | None = None,
     crashed: bool = False,
+    gen: int | None = None,
+    keep: int = DEFAULT_KEEP,
+    in_file: bool = False,
 ) -> Transition:
     """The handler raised, timed out, or the process died during it.
 
-    A new alarm set before the raise does not hide the failure: the retry runs at
-    the earlier of the retry time and the new alarm, and the retry count goes on.
+    A new alarm set before the raise (the object's intent `gen`) does not hide the
+    failure: the retry runs at the earlier of the retry time and the new alarm, and
+    the retry count goes on.
     """
     attempt = Attempt(rec.started_ms if rec.started_ms is not None else now_ms,
                       None if crashed else now_ms, error)
-    attempts = (*rec.attempts, attempt)
+    attempts = kept_attempts(rec.attempts, attempt, keep)
+    count = max(rec.attempt_count, len(rec.attempts)) + 1
     retry = rec.retry_count + 1
     scheduled = new_alarm_ms if new_alarm_ms is not None else rec.scheduled_ms
     base = replace(rec, attempts=attempts, last_error=error, started_ms=None,
-                   scheduled_ms=scheduled)
-    failed = _ann("alarm.failed", rec, retry_count=rec.retry_count, error=error,
+                   scheduled_ms=scheduled, attempt_count=count,
+                   gen=rec.gen if gen is None else gen, in_file=rec.in_file or in_file)
+    failed = ann("alarm.failed", rec, retry_count=rec.retry_count, error=error,
                   last_attempt=retry > policy.max_retries, crashed=crashed)
     if retry > policy.max_retries:
         dead = replace(base, state=AlarmState.DEAD, next_attempt_ms=None)
-        return Transition(dead, (failed, _ann("alarm.dead", dead, attempts=len(attempts),
+        return Transition(dead, (failed, ann("alarm.dead", dead, attempts=count,
                                               error=error)))
     delay_ms = 0 if crashed else math.ceil(next_delay(policy, retry, rng) * 1000)
     at = now_ms + delay_ms
     if new_alarm_ms is not None:
         at = min(at, new_alarm_ms)
     retrying = replace(base, state=AlarmState.RETRYING, retry_count=retry, next_attempt_ms=at)
-    events = [failed, _ann("alarm.retry_scheduled", retrying, retry_count=retry,
+    events = [failed, ann("alarm.retry_scheduled", retrying, retry_count=retry,
                            next_attempt_ms=at, max_retries=policy.max_retries)]
     if is_near_exhaustion(retrying, policy):
-        events.append(_ann("alarm.near_exhaustion", retrying, retry_count=retry,
+        events.append(ann("alarm.near_exhaustion", retrying, retry_count=retry,
                            next_attempt_ms=at, max_retries=policy.max_retries))
     return Transition(retrying, tuple(events))
 
@@ -208,9 +280,14 @@ def is_near_exhaustion(rec: AlarmRecord, policy: RetryPolicy) -> bool:
 
 
 def rearm(rec: AlarmRecord, at_ms: int) -> Transition:
-    """An operator gives the alarm a fresh ladder: retry count and attempts reset."""
-    fresh = AlarmRecord(rec.object_class, rec.object_name, at_ms, next_attempt_ms=at_ms)
-    return Transition(fresh, (_ann("alarm.rearmed", fresh, at_ms=at_ms,
+    """An operator gives the alarm a fresh ladder: retry count and attempts reset.
+
+    The runtime's own decision: the intent generation stays (a re-armed dead letter
+    fires), and so does a wake hint (an intent committed meanwhile is still looked at)."""
+    fresh = AlarmRecord(rec.object_class, rec.object_name, at_ms, next_attempt_ms=at_ms,
+                        gen=rec.gen, hint_ms=rec.hint_ms, hint_gen=rec.hint_gen,
+                        in_file=rec.in_file)
+    return Transition(fresh, (ann("alarm.rearmed", fresh, at_ms=at_ms,
                                    previous_state=rec.state.value,
                                    previous_retry_count=rec.retry_count),))
 
@@ -221,4 +298,4 @@ def fire_now(rec: AlarmRecord, now_ms: int) -> Transition:
         return rearm(rec, now_ms)
     # Brought forward, not copied: a later scheduled_ms would survive the success.
     moved = replace(rec, next_attempt_ms=now_ms, scheduled_ms=min(rec.scheduled_ms, now_ms))
-    return Transition(moved, (_ann("alarm.fire_now", moved, at_ms=now_ms),))
+    return Transition(moved, (ann("alarm.fire_now", moved, at_ms=now_ms),))

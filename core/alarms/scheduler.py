@@ -15,36 +15,43 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from alarmtop.core.alarms import intent as I
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.alarms.window import DueWindow
-from alarmtop.core.clock import Clock, Wakeup
+from alarmtop.core.clock import Clock
 from alarmtop.core.events import EventBus
 from alarmtop.core.logs import ALARM_LOG, log_event
 from alarmtop.core.storage.interface import AlarmIndex, ExtraWrite
+from alarmtop.core.storage.names import object_file_name
+from alarmtop.core.tasks import Supervisor, Wakeup
 
 _PENDING = object()
 FireFn = Callable[[AlarmRecord], Awaitable[None]]
+IntentOf = Callable[[AlarmRecord], Awaitable[I.Intent]]
 
 
 class AlarmScheduler:
     def __init__(self, index: AlarmIndex, clock: Clock, events: EventBus,
-                 policy_for: Callable[[str], RetryPolicy], *, max_concurrent: int,
+                 policy_for: Callable[[str], RetryPolicy], tasks: Supervisor, *,
+                 max_concurrent: int,
                  window_size: int, sweep_interval_s: float,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP) -> None:
         self.index = index
         # An index that can queue a write and hand back its future (SqliteAlarmIndex.submit)
         # saves a coroutine per commit, two per firing; `write` is the protocol's way.
         self._write: Callable[[Sequence[AlarmRecord], Sequence[AlarmKey], ExtraWrite | None],
                               Awaitable[None]] = getattr(index, "submit", index.write)
+        self._object_write = index.object_write
         self._clock = clock
+        self._supervisor = tasks
         self._events = events
         self.policy_for = policy_for
         self.rng = rng or random.Random()
         self._max_concurrent = max_concurrent
         self._sweep_interval_ms = round(sweep_interval_s * 1000)
         self.window = DueWindow(window_size)
-        self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
+        self._wakeup = Wakeup(clock, tasks.tracker)
         self._inflight: set[asyncio.Task[None]] = set()  # the workers
         # Commits of alarms due before this wake the loop (see _due_changed): the time it
         # sleeps until, +inf when it sleeps with nothing due, -inf while it needs no poke.
@@ -52,17 +59,27 @@ class AlarmScheduler:
         self._loading = False
         self._changed: dict[AlarmKey, Any] = {}
         self._fire: FireFn | None = None
+        self._intent_of: IntentOf | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.keep_attempts = keep_attempts
+        # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
+        # being recorded again after a failed write.
+        self.running: dict[AlarmKey, AlarmRecord | None] = {}
+        self._repairs: set[AlarmKey] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, fire: FireFn) -> None:
-        """Recover attempts cut short by a crash, load the window, start firing."""
+    async def start(self, fire: FireFn, intent_of: IntentOf) -> None:
+        """Recover attempts cut short by a crash, load the window, start firing.
+
+        `intent_of(record)` reads the object's committed intent (its database, or the
+        row itself): an attempt cut short may have committed a new one."""
         self._fire = fire
+        self._intent_of = intent_of
         await self._recover_crashed()
         await self._refill()
-        self._tasks = [self._clock.spawn(self._loop(), name="alarm-scheduler"),
-                       self._clock.spawn(self._sweep_loop(), name="alarm-sweeper")]
+        self._tasks = [self._supervisor.spawn(self._loop(), name="alarm-scheduler"),
+                       self._supervisor.spawn(self._sweep_loop(), name="alarm-sweeper")]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -76,16 +93,66 @@ class AlarmScheduler:
         await asyncio.gather(*self._inflight, return_exceptions=True)
 
     async def _recover_crashed(self) -> None:
-        now = self._clock.now_ms()
         while True:
             running = await self.index.in_state(AlarmState.RUNNING.value, 1000)
             if not running:
                 return
             for rec in running:
-                error = "the runtime stopped while the handler ran (crash or shutdown)"
-                await self.commit(rec.key, P.fail(rec, now, error, self.policy_for(
-                    rec.object_class), crashed=True))
-                self.log_failure(rec, error, crashed=True)
+                await self.recover(rec, "the runtime stopped while the handler ran "
+                                        "(crash or shutdown)")
+
+    async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
+        """An attempt left `running` with nobody running it: a failed attempt, retried."""
+        assert self._intent_of is not None
+        intent = await self._intent_of(rec)
+        tr = I.recover(rec, intent, self._clock.now_ms(), error,
+                       self.policy_for(rec.object_class), self.keep_attempts)
+        out = await self.commit(rec.key, tr)
+        self.log_failure(rec, error, crashed=True)
+        return out
+
+    # -- attempts in flight ---------------------------------------------------------------
+
+    def attempt_started(self, key: AlarmKey, rec: AlarmRecord | None) -> None:
+        self.running[key] = rec
+
+    def attempt_ended(self, key: AlarmKey) -> None:
+        self.running.pop(key, None)
+
+    def put_back(self, rec: AlarmRecord) -> None:
+        """A popped record that was not due after all goes back in the window."""
+        if self.still_current(rec) or rec.key not in self.window.records:
+            self.window.put(rec)
+            self._due_changed(rec)
+
+    def repair_later(self, started: AlarmRecord, error: str) -> None:
+        """The end of an attempt could not be recorded: retry recording it as a crashed
+        attempt (retried, counted), with backoff, until it lands or the row moved on."""
+        if started.key in self._repairs:
+            return
+        self._repairs.add(started.key)
+        self._supervisor.spawn(self._repair(started, error), name="alarm-repair")
+
+    async def _repair(self, started: AlarmRecord, error: str) -> None:
+        wait_s = 0.0
+        try:
+            while True:
+                if wait_s:
+                    await self._clock.sleep(wait_s)
+                current = await self.lookup(started.key)
+                if current is None or current.state is not AlarmState.RUNNING or \
+                        current.started_ms != started.started_ms or started.key in self.running:
+                    return  # something else moved the row on
+                try:
+                    await self.recover(current, error)
+                    return
+                except Exception as exc:
+                    logging.getLogger("alarmtop.runtime").warning(
+                        "cannot record the end of %s/%s's attempt yet (%s); trying again",
+                        started.key[0], started.key[1], exc)
+                wait_s = min(60.0, max(1.0, wait_s * 2))
+        finally:
+            self._repairs.discard(started.key)
 
     # -- state changes --------------------------------------------------------------------
 
@@ -95,17 +162,17 @@ class AlarmScheduler:
             return rec
         return await self.index.get(key)
 
-    async def current(self, key: AlarmKey) -> int | None:
-        """What the object's `get_alarm()` shows."""
-        rec = await self.lookup(key)
-        return rec.user_view() if rec is not None else None
-
-    async def commit(self, key: AlarmKey, tr: P.Transition,
+    async def commit(self, key: AlarmKey, tr: P.Transition | None,
                      extra: ExtraWrite | None = None) -> AlarmRecord | None:
         """Make a transition durable, then visible (window, events, wake the loop).
 
-        `extra` (other tables of the runtime database) commits in the same transaction.
+        `extra` (other tables of the runtime database) commits in the same transaction;
+        with no transition, `extra` alone is written and the row is left as it is.
         """
+        if tr is None:
+            if extra is not None:
+                await self._write((), (), extra)
+            return await self.lookup(key)
         if self._loading:
             self._changed[key] = _PENDING
         rec = tr.record
@@ -135,14 +202,30 @@ class AlarmScheduler:
             if due is not None and due < self._poke_before:
                 self._wakeup.poke()
 
-    async def set_from_object(self, key: AlarmKey, at_ms: int | None) -> None:
-        """An object's event set or deleted its alarm."""
-        if at_ms is None:
-            old = await self.lookup(key)
-            if old is not None:
-                await self.commit(key, P.delete_alarm(old))
+    async def note_file(self, key: AlarmKey) -> None:
+        """Before an object's database is created: its row (if any) says its intent may
+        live there, and the object is listed, in one commit."""
+        rec = await self.lookup(key)
+        write = self._object_write(key, object_file_name(key[1]), self._clock.now_ms())
+        if rec is None or rec.in_file:
+            await self._write((), (), write)
         else:
-            await self.commit(key, P.set_alarm(key, at_ms))
+            await self.commit(key, P.Transition(replace(rec, in_file=True)), write)
+
+    async def undo(self, key: AlarmKey, written: AlarmRecord | None,
+                   previous: AlarmRecord | None) -> None:
+        """Take back a write made for an event whose commit then failed, if nothing
+        changed the row since; never raises (the row left is early, reconciled later)."""
+        current = await self.lookup(key)
+        if written is None or current != written:
+            return
+        restore = P.Transition(previous) if previous is not None else P.Transition(None)
+        try:
+            await self.commit(key, restore)
+        except Exception as exc:
+            logging.getLogger("alarmtop.runtime").warning(
+                "could not take back the wake hint of %s/%s after its event failed (%s); it "
+                "is reconciled when it falls due", key[0], key[1], exc)
 
     # -- the firing loop ------------------------------------------------------------------
 
@@ -162,7 +245,8 @@ class AlarmScheduler:
             self._loading, self._changed = False, {}
 
     async def _loop(self) -> None:
-        window, clock, inflight = self.window, self._clock, self._inflight
+        window, clock, inflight, spawn = (self.window, self._clock, self._inflight,
+                                          self._supervisor.spawn)
         while True:
             if window.horizon_ms != math.inf and (
                     window.needs_refill() or window.next_due_ms() is None):
@@ -173,7 +257,7 @@ class AlarmScheduler:
                 rec = window.pop_one(now)
                 if rec is None:
                     break
-                inflight.add(clock.spawn(self._work(rec), name="alarm"))
+                inflight.add(spawn(self._work(rec), name="alarm"))
             if len(inflight) >= self._max_concurrent:
                 # The workers take whatever falls due meanwhile; one that runs out of
                 # due alarms ends and pokes.
@@ -237,7 +321,7 @@ class AlarmScheduler:
     # -- the sweeper ----------------------------------------------------------------------
 
     async def _sweep_loop(self) -> None:
-        wake = Wakeup(self._clock)  # type: ignore[arg-type]
+        wake = Wakeup(self._clock, self._supervisor.tracker)
         while True:
             await wake.wait(self._clock.now_ms() + self._sweep_interval_ms)
             await self.sweep()
@@ -246,6 +330,10 @@ class AlarmScheduler:
         """Catch overdue alarms the window missed; remind about dead letters."""
         now = self._clock.now_ms()
         found = 0
+        for rec in await self.index.in_state(AlarmState.RUNNING.value, 1000):
+            # 'running' with nobody running it: its end was never recorded.
+            if rec.key not in self.running and rec.key not in self._repairs:
+                self.repair_later(rec, "the end of the attempt was never recorded")
         for rec in await self.index.overdue(now - 1000, 1000):
             if (rec.state is AlarmState.RUNNING or rec.key in self.window.records
                     or not self.window.covers(rec.due_ms)):

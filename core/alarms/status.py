@@ -20,6 +20,7 @@ class AlarmStatus:
     attempts: list[Attempt]
     max_retries: int
     near_exhaustion: bool
+    attempt_count: int = 0  # every failed attempt; `attempts` keeps the first few and the last
 
     @property
     def object(self) -> str:
@@ -30,7 +31,8 @@ class AlarmStatus:
         return AlarmStatus(rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
                            rec.retry_count, rec.next_attempt_ms, rec.last_error,
                            list(rec.attempts), policy.max_retries,
-                           is_near_exhaustion(rec, policy))
+                           is_near_exhaustion(rec, policy),
+                           max(rec.attempt_count, len(rec.attempts)))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -176,25 +176,37 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
             results[index] = BatchItem(index, "FAILED", None, error_object(exc))
 
     reason: str | None = None
-    while True:
-        succeeded = sum(1 for r in results.values() if r.status == "SUCCEEDED")
-        failed = len(results) - succeeded
-        active = len(running) + len(suspended)
-        reason = completion(cfg, total, succeeded, failed, active, total - next_index)
-        if reason is not None:
-            break
-        while next_index < total and len(running) + len(suspended) < limit:
-            running[next_index] = asyncio.ensure_future(run_one(next_index))
-            next_index += 1
-        if not running:
-            break  # every started branch is suspended and no slot is free
-        done, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
-        for index in [i for i, t in running.items() if t in done]:
-            task = running.pop(index)
-            if task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]  # crashes, replay errors
-    for task in running.values():
-        task.cancel()
+
+    async def drive() -> str | None:
+        nonlocal next_index
+        # The batch owns its branches: when the policy ends it, or a branch dies of
+        # something no branch may survive (a crash, a replay error), the branches still
+        # running are cancelled and awaited before the batch returns or raises.
+        async with asyncio.TaskGroup() as group:
+            while True:
+                succeeded = sum(1 for r in results.values() if r.status == "SUCCEEDED")
+                failed = len(results) - succeeded
+                active = len(running) + len(suspended)
+                why = completion(cfg, total, succeeded, failed, active, total - next_index)
+                if why is not None:
+                    break
+                while next_index < total and len(running) + len(suspended) < limit:
+                    running[next_index] = group.create_task(run_one(next_index))
+                    next_index += 1
+                if not running:
+                    break  # every started branch is suspended and no slot is free
+                done, _ = await asyncio.wait(running.values(),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for index in [i for i, t in running.items() if t in done]:
+                    running.pop(index)
+            for task in running.values():
+                task.cancel()
+        return why
+
+    try:
+        reason = await drive()
+    except BaseExceptionGroup as failure:
+        raise _first_cause(failure) from None
     if reason is None:
         until = [s.until_ms for s in suspended.values() if s.until_ms is not None]
         first = next(iter(suspended.values()))
@@ -207,3 +219,13 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
     rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, ctx.now_ms()
     await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
     return batch
+
+
+def _first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The branch error that ended the batch (the group wraps it; callers expect it)."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_cause(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]

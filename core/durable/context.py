@@ -10,6 +10,7 @@ An operation that must wait (a timer, a callback, a human) raises
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextvars
 import inspect
@@ -67,7 +68,7 @@ from alarmtop.core.faults import FaultRegistry, InjectedFault
 if TYPE_CHECKING:
     from alarmtop.core.clock import Clock
     from alarmtop.core.durable.saga import Saga
-    from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
+    from alarmtop.core.storage.interface import ExecutionStore
 
 T = TypeVar("T")
 HUMAN = "HumanDecision"
@@ -106,7 +107,7 @@ class Invocation:
     """One run of a handler: the log it replays, event numbering, checkpoints."""
 
     def __init__(self, record: ExecutionRecord, ops: dict[str, OperationRecord],
-                 next_event_id: int, store: SqliteExecutionStore, clock: Clock,
+                 next_event_id: int, store: ExecutionStore, clock: Clock,
                  faults: FaultRegistry, rng: random.Random) -> None:
         self.record = record
         self.ops = ops
@@ -117,7 +118,8 @@ class Invocation:
         self.rng = rng
         self.sagas: list[Saga] = []
         self.replaying_until = len(ops)
-        self.announce: Callable[[ExecutionRecord, dict[str, Any]], None] | None = None
+        # Announces history events once their checkpoint has landed; set by the engine.
+        self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
         # Starts another execution (for invoke); set by the engine.
         self.start_child: Callable[..., Awaitable[str]] | None = None
 
@@ -129,15 +131,24 @@ class Invocation:
               details: dict[str, Any] | None = None) -> dict[str, Any]:
         ev = make_event(self.next_event_id, event_type, self.clock.now_ms(), op, details)
         self.next_event_id += 1
-        if self.announce is not None:
-            self.announce(self.record, ev)
         return ev
 
     async def save(self, op: OperationRecord, *events: dict[str, Any], wait: bool = True) -> None:
+        """Checkpoint `op` with `events`; its events are announced once it has landed."""
         self.ops[op.id] = op
         fut = self.store.checkpoint(self.record.id, None, [op], events)
+        announce = self.announce if events else None
         if wait:
             await fut
+            if announce is not None:
+                announce(self.record, events)
+        elif announce is not None:
+            record = self.record
+
+            def landed(f: asyncio.Future[None]) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    announce(record, events)
+            fut.add_done_callback(landed)
 
     def faults_armed(self) -> bool:
         """Whether any fault is armed against this execution (a crash may come anywhere)."""

@@ -62,7 +62,6 @@ class ExecutionObject(DurableObject):
     def __init__(self, ctx: ObjectContext, env: Any) -> None:
         super().__init__(ctx, env)
         self._state: _Loaded | None = None
-        self._in_alarm = False  # an alarm attempt is running (it commits the alarm)
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -98,9 +97,15 @@ class ExecutionObject(DurableObject):
             st.ops[op.id] = op
         return self.engine.store.checkpoint(st.record.id, st.record, ops, events)
 
-    async def _save(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
-                    events: Sequence[dict[str, Any]] = ()) -> None:
-        await self._queue(st, ops, events)
+    def _defer(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
+               events: Sequence[dict[str, Any]] = ()) -> None:
+        """Checkpoint the record, `ops` and `events` with the event's own commit (with
+        the alarm the event sets): the log and the alarm that acts on it land together."""
+        st.record.updated_ms = self.ctx.now_ms()
+        for op in ops:
+            st.ops[op.id] = op
+        self.ctx.storage.defer_write(
+            self.engine.store.checkpoint_write(st.record.id, st.record, ops, events))
 
     def _next_alarm(self, st: _Loaded) -> int | None:
         """The next thing the service must do for the execution, if anything."""
@@ -124,22 +129,10 @@ class ExecutionObject(DurableObject):
 
     async def _save_and_rearm(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
                               events: Sequence[dict[str, Any]] = ()) -> None:
-        """Checkpoint, and point the alarm at what comes next, in one transaction.
-
-        Inside the alarm the attempt's own end commits the alarm (a death before it
-        leaves the attempt running, and it runs again); elsewhere (calls from outside)
-        nothing else would, so the two must not be separate commits."""
-        if self._in_alarm:
-            await self._save(st, ops, events)
-            await self._rearm(st)
-            return
-        st.record.updated_ms = self.ctx.now_ms()
-        for op in ops:
-            st.ops[op.id] = op
-        at = self._next_alarm(st)
-        write = self.engine.store.checkpoint_write(st.record.id, st.record, ops, events)
-        await self.engine.commit_with_alarm(self.ctx.id, at, write)
-        self.ctx.storage._alarm_committed(at)
+        """Checkpoint, and point the alarm at what comes next, in the event's one commit
+        (a call's, or the alarm attempt's end)."""
+        self._defer(st, ops, events)
+        await self._rearm(st)
 
     # -- RPC: start -----------------------------------------------------------------------
 
@@ -167,13 +160,6 @@ class ExecutionObject(DurableObject):
     # -- the alarm: timers, then one invocation -------------------------------------------
 
     async def alarm(self, info: AlarmInfo) -> None:
-        self._in_alarm = True
-        try:
-            await self._alarm()
-        finally:
-            self._in_alarm = False
-
-    async def _alarm(self) -> None:
         st = await self._load()
         if st is None or st.record.finished:
             return
@@ -194,7 +180,7 @@ class ExecutionObject(DurableObject):
             rec.invoke_requested = True
         if rec.human_hold or not rec.invoke_requested:
             if events or changed:
-                await self._save(st, changed, events)
+                self._defer(st, changed, events)
             await self._rearm(st)
             return
         await self._invoke(st, changed, events)
@@ -242,9 +228,9 @@ class ExecutionObject(DurableObject):
         # its start before its body runs). A death before it lands leaves the log as if
         # the invocation never began, and the alarm, still pending, runs it again.
         begun = self._queue(st, changed, events)
-        inv = Invocation(rec, st.ops, st.next_event_id, engine.store, self.ctx._clock,
+        inv = Invocation(rec, st.ops, st.next_event_id, engine.store, engine.clock,
                          engine.faults, engine.rng)
-        inv.announce = engine.announce_history
+        inv.announce = engine.deliver_history
         inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
         # Why it suspended (None: it did not). The reason, not the exception: kept in
@@ -290,7 +276,7 @@ class ExecutionObject(DurableObject):
         status, result, error = outcome
         if suspended is not None:
             rec.status, rec.blocked_on = status, suspended
-            await self._save(st, [], events)
+            self._defer(st, [], events)
             engine.announce(rec, f"execution.{status.value}", reason=suspended)
             await self._rearm(st)
             return
@@ -418,7 +404,7 @@ class ExecutionObject(DurableObject):
                 [], [human] if human is not None else [])
         elif action == "hand_to_human":
             rec.human_hold, rec.status = text or "handed to a human", ExecutionStatus.NEEDS_HUMAN
-            await self._save(st)
+            self._defer(st)
             self.engine.announce(rec, "execution.needs_human", reason=rec.human_hold)
         else:
             raise InvalidExecutionState(f"unknown operator action {action!r}")

@@ -10,7 +10,7 @@ import functools
 import itertools
 import json
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -25,8 +25,16 @@ from alarmtop.core.durable.operations import ExecutionRecord, OpType
 from alarmtop.core.serialization import to_json
 
 if TYPE_CHECKING:
+    from alarmtop.core.clock import Clock
     from alarmtop.core.durable.context import DurableContext
-    from alarmtop.core.runtime import Runtime
+    from alarmtop.core.events import EventBus
+    from alarmtop.core.faults import FaultRegistry
+    from alarmtop.core.storage.interface import ExecutionStore
+
+# Starts an execution for an invoke: (handler name, execution id, parent, input text).
+StartExecution = Callable[[str, str, str, str], Awaitable[Any]]
+# Calls a method of another execution's object: (execution id, method, *args).
+CallExecution = Callable[..., Awaitable[Any]]
 
 Handler = Callable[[Any, "DurableContext"], Awaitable[Any]]
 F = TypeVar("F", bound=Handler)
@@ -71,17 +79,23 @@ def durable_execution(fn: Handler | None = None, /, *, name: str | None = None,
 
 
 class ExecutionEngine:
-    """What execution objects share: handlers, store, faults, events, audit."""
+    """What execution objects share: handlers, their log store, faults, events, clock.
 
-    def __init__(self, runtime: Runtime, rng: random.Random | None = None) -> None:
-        from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
-        self.runtime = runtime
-        index = runtime.backend.alarm_index
-        self.store = SqliteExecutionStore(index)  # type: ignore[arg-type]
-        self.faults = runtime.faults
+    Built by the runtime and handed what it needs (no component reaches into the
+    runtime): `store` is the backend's `ExecutionStore`; `start_execution` and
+    `call_execution` reach other executions (an invoke's child, its parent)."""
+
+    def __init__(self, store: ExecutionStore, events: EventBus, faults: FaultRegistry,
+                 clock: Clock, rng: random.Random | None = None, *,
+                 start_execution: StartExecution, call_execution: CallExecution) -> None:
+        self.store = store
+        self.events = events
+        self.faults = faults
+        self.clock = clock
         self.rng = rng or random.Random()
         self.handlers: dict[str, dict[str, DurableFunction]] = {}
-        self.announce_operations = True
+        self._start_execution = start_execution
+        self._call_execution = call_execution
 
     def handler(self, name: str, version: str) -> DurableFunction:
         versions = self.handlers.get(name, {})
@@ -92,69 +106,39 @@ class ExecutionEngine:
                 f"{sorted(versions) or 'none'}); register it again to let them finish")
         return versions[version]
 
-    async def commit_with_alarm(self, execution_id: str, at_ms: int | None,
-                                write: Callable[[Any], None]) -> None:
-        """Commit an execution's checkpoint and its alarm in one transaction.
-
-        Two commits would leave a window: a death after the log and before the alarm
-        left an execution that had asked to run with nothing to wake it."""
-        from alarmtop.core.alarms import policy
-        sched, key = self.runtime.scheduler, (EXECUTION_CLASS, execution_id)
-        if at_ms is not None:
-            await sched.commit(key, policy.set_alarm(key, at_ms), extra=write)
-            return
-        old = await sched.lookup(key)
-        if old is not None:
-            await sched.commit(key, policy.delete_alarm(old), extra=write)
-        else:
-            await self.store.submit(write)
-
     def announce(self, rec: ExecutionRecord, type_: str, **data: Any) -> None:
-        self.runtime.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
-                                         "status": rec.status.value, **data})
+        self.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
+                                 "status": rec.status.value, **data})
 
     def announce_history(self, rec: ExecutionRecord, ev: dict[str, Any]) -> None:
-        if not self.runtime.events.active:
+        if not self.events.active:
             return
-        self.runtime.events.emit("operation." + _snake(ev["EventType"]), {
+        self.events.emit("operation." + _snake(ev["EventType"]), {
             "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
             "name": ev.get("Name"), "sub_type": ev.get("SubType")})
 
-    async def recover(self) -> int:
-        """Give every unfinished execution that asked for an invocation an alarm.
-
-        An execution commits its log before its alarm; a process killed between the two
-        would leave it waiting for nothing. Returns how many were re-armed."""
-        from alarmtop.core.alarms import policy
-        sched, now, armed = self.runtime.scheduler, self.runtime.clock.now_ms(), 0
-        for status in ("running", "suspended", "needs_human"):
-            offset = 0
-            while True:
-                page = await self.store.list(status, 1000, offset)
-                for rec in page:
-                    key = (EXECUTION_CLASS, rec.id)
-                    wants = rec.invoke_requested or rec.in_invocation
-                    if wants and not rec.human_hold and await sched.lookup(key) is None:
-                        await sched.commit(key, policy.set_alarm(key, now))
-                        armed += 1
-                if len(page) < 1000:
-                    break
-                offset += 1000
-        return armed
+    def deliver_history(self, rec: ExecutionRecord, events: Sequence[dict[str, Any]]) -> None:
+        """Announce history events whose checkpoint has landed (mid-invocation: not held
+        for the end of the invocation's event)."""
+        if not self.events.active:
+            return
+        for ev in events:
+            self.events.deliver("operation." + _snake(ev["EventType"]), {
+                "execution_id": rec.id, "event_id": ev["EventId"], "id": ev.get("Id"),
+                "name": ev.get("Name"), "sub_type": ev.get("SubType")})
 
     async def start_child(self, function_name: str, input_text: str, child_id: str,
                           parent: str) -> str:
         """Start (or find, on replay after a crash) the execution an invoke waits for."""
-        await self.runtime.executions.start(function_name, None, child_id, parent=parent,
-                                            input_text=input_text)
+        await self._start_execution(function_name, child_id, parent, input_text)
         rec = await self.store.get(child_id)
         return rec.version if rec is not None else "?"
 
     async def child_finished(self, rec: ExecutionRecord) -> None:
         parent, _, op_id = (rec.parent or "").partition("#")
         if parent and op_id:
-            await self.runtime.get(EXECUTION_CLASS, parent).child_done(
-                op_id, rec.status.value, rec.result, rec.error)
+            await self._call_execution(parent, "child_done", op_id, rec.status.value,
+                                       rec.result, rec.error)
 
 
 @functools.cache
@@ -175,13 +159,15 @@ def _check_id(execution_id: Any) -> str:
 class Executions:
     """`runtime.executions`."""
 
-    def __init__(self, runtime: Runtime, engine: ExecutionEngine) -> None:
-        self._rt = runtime
+    def __init__(self, engine: ExecutionEngine, stub_for: Callable[[str], Any],
+                 audit: AuditLog) -> None:
         self.engine = engine
+        self._stub_for = stub_for  # the RPC stub of an execution's object
+        self._audit = audit
         self._ids = itertools.count(1)
 
     def _stub(self, execution_id: str) -> Any:
-        return self._rt.get(EXECUTION_CLASS, _check_id(execution_id))
+        return self._stub_for(_check_id(execution_id))
 
     async def start(self, name: str, event: Any = None, execution_id: str | None = None, *,
                     version: str | None = None, timeout_s: int | None = None,
@@ -200,7 +186,7 @@ class Executions:
         if input_text is None:  # an invoke passes its own serialized payload
             input_text = to_json(event, f"the input of execution {name!r}")
         if execution_id is None:
-            execution_id = f"{name}-{self._rt.clock.now_ms():x}-{next(self._ids)}"
+            execution_id = f"{name}-{self.engine.clock.now_ms():x}-{next(self._ids)}"
         out = await self._stub(execution_id).begin(name, version, input_text,
                                                    timeout_s or fn.timeout_s, parent)
         return str(out["execution_id"])
@@ -283,7 +269,7 @@ class Executions:
                        actor: str, role: str | None, reason: str | None = None
                        ) -> dict[str, Any]:
         """Apply an operator action; audited with its reason (or its text), ok or not."""
-        audit = self._rt.audit
+        audit = self._audit
         why = reason if reason is not None else text
         detail: dict[str, Any] = {} if text is None or text == why else {"note": text}
         try:
@@ -331,23 +317,29 @@ def _version_key(version: str) -> tuple[int, ...] | tuple[float, str]:
 
 
 class AuditLog:
-    """Every operator action: who, when, what, why, and whether it worked."""
+    """Every operator action: who, when, what, why, and whether it worked.
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    Text is made safe to store before it is written: an odd character (a lone
+    surrogate, say) must never let an action skip its row."""
+
+    def __init__(self, store: ExecutionStore, events: EventBus, clock: Clock) -> None:
+        self._store = store
+        self._events = events
+        self._clock = clock
 
     async def record(self, actor: str, action: str, target: str | None = None,
                      reason: str | None = None, ok: bool = True, role: str | None = None,
                      detail: Any = None) -> None:
-        entry = {"at_ms": self._rt.clock.now_ms(), "actor": actor, "role": role,
-                 "action": action, "target": target, "reason": reason, "ok": ok,
-                 "detail": detail}
-        await self._rt.executions.engine.store.audit_append(entry)
-        self._rt.events.emit(f"operator.{action}", {k: v for k, v in entry.items()
-                                                    if k != "detail"})
+        entry = {"at_ms": self._clock.now_ms(), "actor": safe_text(actor),
+                 "role": safe_text(role), "action": safe_text(action),
+                 "target": safe_text(target), "reason": safe_text(reason), "ok": ok,
+                 "detail": safe_value(detail)}
+        await self._store.audit_append(entry)
+        self._events.emit(f"operator.{entry['action']}",
+                          {k: v for k, v in entry.items() if k != "detail"})
 
     async def list(self, limit: int = 100, offset: int = 0) -> list[dict[str, Any]]:
-        return await self._rt.executions.engine.store.audit_list(limit, offset)
+        return await self._store.audit_list(limit, offset)
 
 
 class Ledger:
@@ -359,20 +351,50 @@ class Ledger:
     that re-runs after a crash can be seen to have tried twice but delivered once.
     """
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    def __init__(self, store: ExecutionStore, events: EventBus, faults: FaultRegistry,
+                 clock: Clock) -> None:
+        self._store = store
+        self._events = events
+        self._faults = faults
+        self._clock = clock
 
     async def deliver(self, key: str, value: Any = None) -> bool:
         to_json(value, "the ledger value")
         step = current_step.get()
-        honour = step is None or self._rt.faults.find(step[0], "idempotency_off",
-                                                      step[2]) is None
-        first = await self._rt.executions.engine.store.ledger_deliver(
-            key, value, self._rt.clock.now_ms(), honour_key=honour)
-        self._rt.events.emit("ledger.delivered" if first else "ledger.duplicate",
-                             {"key": key, "honoured": honour})
+        honour = step is None or self._faults.find(step[0], "idempotency_off",
+                                                   step[2]) is None
+        first = await self._store.ledger_deliver(
+            key, value, self._clock.now_ms(), honour_key=honour)
+        self._events.emit("ledger.delivered" if first else "ledger.duplicate",
+                          {"key": key, "honoured": honour})
         return first
 
     async def get(self, key: str) -> dict[str, Any] | None:
         """`{"value", "at_ms", "deliveries"}` for a key, or None."""
-        return await self._rt.executions.engine.store.ledger_get(key)
+        return await self._store.ledger_get(key)
+
+
+def safe_text(text: Any) -> str | None:
+    """`text` as a string that can always be stored: lone surrogates become U+FFFD."""
+    if text is None:
+        return None
+    out = str(text)
+    try:
+        out.encode("utf-8")
+    except UnicodeEncodeError:
+        out = out.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return out
+
+
+def safe_value(value: Any) -> Any:
+    """A JSON-ready copy of `value` with every string made safe to store."""
+    if isinstance(value, str):
+        return safe_text(value)
+    if isinstance(value, dict):
+        return {safe_text(k): safe_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [safe_value(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return safe_text(repr(value))
+

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.objects.storage_api import Storage
 from alarmtop.core.sockets import HibernatableWebSocket, SocketRegistry
+from alarmtop.core.tasks import Blocker, Supervisor
 
 if TYPE_CHECKING:
     from alarmtop.core.clock import Clock
@@ -30,12 +31,13 @@ class ObjectContext:
     """`self.ctx` of a durable object: its name, clock and storage."""
 
     def __init__(self, class_name: str, name: str, storage: Storage, clock: Clock,
-                 sockets: SocketRegistry) -> None:
+                 sockets: SocketRegistry, tasks: Supervisor) -> None:
         self.class_name = class_name
         self.id = name
         self.storage = storage
         self._clock = clock
         self._sockets = sockets
+        self._tasks = tasks
         # Made on first use: most objects never block, and whatever a wake allocates
         # lives until the object hibernates, feeding the cyclic GC's older generations.
         self._blockers: list[asyncio.Task[Any]] | None = None
@@ -66,18 +68,28 @@ class ObjectContext:
         """Sleep on the runtime clock (a virtual clock in tests)."""
         await self._clock.sleep(seconds)
 
-    def block_concurrency_while(self, fn: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
-        """Run `fn` while no event is delivered to this object (typical in `__init__`)."""
-        task = self._clock.spawn(_await(fn), name=f"block:{self.class_name}/{self.id}")
+    def block_concurrency_while(self, fn: Callable[[], Awaitable[Any]]) -> Blocker:
+        """Run `fn` while no event is delivered to this object, wherever it is called
+        from (`__init__`, a call, an alarm): the event that called it ends, and the
+        next one starts, only once `fn` has finished. Await the result for `fn`'s value."""
+        task = self._tasks.spawn(_await(fn), name=f"block:{self.class_name}/{self.id}",
+                                 report=False)
         if self._blockers is None:
             self._blockers = []
         self._blockers.append(task)
-        return task
+        return Blocker(task, self._tasks.tracker)
 
-    async def _drain_blockers(self) -> None:
+    @property
+    def blocked(self) -> bool:
+        """Whether a blocker started by this object may still hold its events."""
+        return bool(self._blockers)
+
+    async def drain_blockers(self) -> None:
+        """Wait for every blocker started so far (the runtime calls this before an event
+        counts as done); the first one that raised raises here."""
         while self._blockers:
             task = self._blockers.pop(0)
-            await self._clock.idle_wait(task)
+            await self._tasks.idle_wait(task)
 
 
 async def _await(fn: Callable[[], Awaitable[Any]]) -> Any:

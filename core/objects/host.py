@@ -10,20 +10,67 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
-from alarmtop.core.clock import Clock, Wakeup
+from alarmtop.core import outbox
+from alarmtop.core.alarms.intent import Intent
+from alarmtop.core.clock import Clock
 from alarmtop.core.errors import ReentrantCall, StorageError
 from alarmtop.core.events import EventBus
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
-from alarmtop.core.objects.storage_api import AlarmAccess, Storage
+from alarmtop.core.objects.storage_api import CALL_END, AlarmAccess, Committed, EventEnd, Storage
+from alarmtop.core.outbox import Outbox
 from alarmtop.core.sockets import SocketRegistry
 from alarmtop.core.storage.interface import ObjectStore, StorageBackend
+from alarmtop.core.tasks import Supervisor, Wakeup, finish_uncancelled
 
 ObjectKey = tuple[str, str]
+Body = Callable[[DurableObject], Awaitable[Any]]
+
+
+class EventOutcome(NamedTuple):
+    """What one event did: its value or error, and what its commit made durable."""
+
+    value: Any
+    error: BaseException | None
+    committed: Committed | None  # None: it did not run (see `EventKind.before`)
+
+    @property
+    def ran(self) -> bool:
+        return self.committed is not None
+
+
+SKIPPED = EventOutcome(None, None, None)
+
+
+class EventKind:
+    """What differs between kinds of events; a call, a socket event: this class.
+
+    The alarm dispatcher subclasses it: it decides before the handler whether the
+    attempt runs at all, and its end of event records the attempt in the index."""
+
+    alarm = False
+
+    async def before(self, r: Resident, storage: Storage) -> bool:
+        """Run (True) or skip the event, holding the object's turn, before waking it."""
+        return True
+
+    def limit(self) -> contextlib.AbstractContextManager[Any]:
+        """What bounds the wake and the body (an alarm attempt's timeout)."""
+        return contextlib.nullcontext()
+
+    async def run(self, body: Body, instance: DurableObject) -> Any:
+        return await body(instance)
+
+    def end(self, error: BaseException | None) -> EventEnd:
+        return CALL_END
+
+
+CALL = EventKind()
 
 
 class Resident:
@@ -61,13 +108,15 @@ class Resident:
 
 class ObjectHost:
     def __init__(self, classes: dict[str, type[DurableObject]], backend: StorageBackend,
-                 alarms: AlarmAccess, clock: Clock, events: EventBus, env: Any, *,
+                 alarms: AlarmAccess, clock: Clock, events: EventBus, env: Any,
+                 tasks: Supervisor, *,
                  hibernate_after_s: float, max_resident: int,
                  delete_all_preserves_alarm: bool) -> None:
         self._classes = classes
         self._backend = backend
         self._alarms = alarms
         self._clock = clock
+        self._tasks = tasks
         self._events = events
         self._env = env
         self._hibernate_after_ms = round(hibernate_after_s * 1000)
@@ -75,7 +124,7 @@ class ObjectHost:
         self._preserve_alarm = delete_all_preserves_alarm
         self._residents: collections.OrderedDict[ObjectKey, Resident] = collections.OrderedDict()
         self._live = 0
-        self._wakeup = Wakeup(clock)  # type: ignore[arg-type]
+        self._wakeup = Wakeup(clock, tasks.tracker)
         self._reaper: asyncio.Task[None] | None = None
         self._deadline: int | None = None
         self.sockets = SocketRegistry(events)
@@ -84,7 +133,7 @@ class ObjectHost:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._reaper = self._clock.spawn(self._reap_loop(), name="hibernation")
+        self._reaper = self._tasks.spawn(self._reap_loop(), name="hibernation")
 
     async def stop(self) -> None:
         if self._reaper is not None:
@@ -141,7 +190,7 @@ class ObjectHost:
         try:
             # Waiting for another event of this object is not work of our own: that
             # event may be sleeping on the clock, and time must be free to move.
-            await self._clock.idle_wait(fut)
+            await self._tasks.idle_wait(fut)
         except BaseException:
             if fut.done() and not fut.cancelled():
                 self._pass_turn(r)  # handed the turn while being cancelled: pass it on
@@ -180,19 +229,24 @@ class ObjectHost:
         if r.users == 0 and r.instance is None:
             self._residents.pop(key, None)
 
+    def storage_of(self, r: Resident) -> Storage:
+        """The object's storage (made without I/O; its database opens on first use)."""
+        if r.storage is None:
+            r.storage = Storage(r.key, self._store_opener, self._alarms, self._preserve_alarm)
+        return r.storage
+
     async def wake(self, r: Resident) -> DurableObject:
         """The live instance, constructing it (and running its blockers) if needed."""
         if r.instance is not None:
             return r.instance
         cls_name, name = r.key
         cls = self._classes[cls_name]
-        storage = r.storage or Storage(r.key, self._store_opener, self._alarms,
-                                       self._preserve_alarm)
-        ctx = ObjectContext(cls_name, name, storage, self._clock, self.sockets)
-        r.storage, r.ctx = storage, ctx
+        storage = self.storage_of(r)
+        ctx = ObjectContext(cls_name, name, storage, self._clock, self.sockets, self._tasks)
+        r.ctx = ctx
         instance = cls(ctx, self._env)
-        if ctx._blockers:
-            await ctx._drain_blockers()
+        if ctx.blocked:
+            await ctx.drain_blockers()
         r.instance = instance
         self._live += 1
         if self._events.active:
@@ -201,11 +255,70 @@ class ObjectHost:
             self._wakeup.poke()
         return instance
 
-    async def _open_store(self, key: ObjectKey) -> ObjectStore:
+    async def run_event(self, key: ObjectKey, body: Body,
+                        kind: EventKind | None = None) -> EventOutcome:
+        """Run one event of the object: take its turn, wake it, run `body`, make the
+        event durable (the output gate), then let its output out. The one way any
+        event (a call, an alarm attempt, a socket event) reaches an object.
+
+        Returns what happened; raises only when nothing of the event was kept (its
+        commit failed) or it was cancelled (then nothing was kept either, as after a
+        crash)."""
+        r, ready = self.enter(key)
+        if not ready:
+            await self.turn(r)
+        try:
+            return await self.run_in_turn(r, body, kind or CALL)
+        finally:
+            self.leave_turn(r)
+
+    async def run_in_turn(self, r: Resident, body: Body, kind: EventKind) -> EventOutcome:
+        """`run_event` for a caller that holds the object's turn already."""
+        storage = self.storage_of(r)
+        try:
+            if not await kind.before(r, storage):
+                return SKIPPED
+            box = Outbox(self._events.deliver)
+            token = outbox.CURRENT.set(box)
+            try:
+                value, error = await self._run_body(r, storage, body, kind)
+                committed = await finish_uncancelled(storage.commit_event(kind.end(error)))
+            except BaseException:
+                box.drop()
+                raise
+            finally:
+                outbox.CURRENT.reset(token)
+            await box.release()
+            return EventOutcome(value, error, committed)
+        finally:
+            if r.instance is None and storage.is_open:
+                await storage.close()  # woken for nothing (a reconcile), or its wake failed
+
+    async def _run_body(self, r: Resident, storage: Storage, body: Body,
+                        kind: EventKind) -> tuple[Any, BaseException | None]:
+        """Wake and run; the blockers it started end before it counts as done. A raise
+        is the event's outcome (its writes are kept); a cancellation keeps nothing."""
+        try:
+            try:
+                with kind.limit():
+                    instance = await self.wake(r)
+                    storage.begin_event(self._clock.now_ms(), kind.alarm)
+                    return await kind.run(body, instance), None
+            finally:
+                if r.ctx is not None and r.ctx.blocked:
+                    await r.ctx.drain_blockers()
+        except asyncio.CancelledError:
+            await storage.abandon()
+            raise
+        except Exception as exc:
+            return None, exc
+
+    async def _open_store(self, key: ObjectKey, create: bool,
+                          intent: tuple[int, int | None]) -> ObjectStore | None:
         """Open the object's database; a damaged or quarantined one is announced."""
         cls_name, name = key
         try:
-            return await self._backend.open_object(cls_name, name)
+            return await self._backend.open_object(cls_name, name, create, intent)
         except StorageError as exc:
             moved = getattr(exc, "quarantined_to", None)
             self._events.emit("storage.quarantined" if moved else "storage.failed", {
@@ -213,19 +326,19 @@ class ObjectHost:
                 "error": str(exc)})
             raise
 
-    @staticmethod
-    def output_pending(r: Resident) -> bool:
-        """Whether `finish_event` has anything to do: blockers to wait for, a database
-        whose writes to commit (objects that only use alarms have neither)."""
-        return bool(r.ctx is not None and r.ctx._blockers) or (
-            r.storage is not None and r.storage._is_open)
-
-    async def finish_event(self, r: Resident) -> None:
-        """The output gate: make the event's writes durable before its output leaves."""
-        if r.ctx is not None and r.ctx._blockers:
-            await r.ctx._drain_blockers()
-        if r.storage is not None and r.storage._is_open:
-            await r.storage._commit()
+    async def read_intent(self, key: ObjectKey, row_intent: Intent) -> Intent:
+        """The committed intent of an object, without waking it: from its open storage
+        (the cache equals the disk), else from its database, else `row_intent`."""
+        r = self._residents.get(key)
+        if r is not None and r.storage is not None and r.storage.is_open:
+            return await r.storage.load_intent()
+        store = await self._open_store(key, False, row_intent)
+        if store is None:
+            return row_intent
+        try:
+            return Intent(*await store.read_intent())
+        finally:
+            await store.close()
 
     # -- hibernation ----------------------------------------------------------------------
 
@@ -237,7 +350,7 @@ class ObjectHost:
             if r.instance is None:
                 return False
             if r.storage is not None:
-                await r.storage._close()
+                await r.storage.close()
             self._evict(r)
         # The entry goes when its last user leaves (see exclusive): an event that
         # queued behind us keeps it and wakes the object again.
@@ -249,7 +362,7 @@ class ObjectHost:
         r = self._residents.get(key)
         if r is None or r.users > 0 or r.busy or r.instance is None:
             return False
-        if r.storage is not None and r.storage._is_open:
+        if r.storage is not None and r.storage.is_open:
             return None
         # Nothing to close: evict without awaiting. No event can slip in meanwhile,
         # so the lock is not needed (objects that only use alarms are like this).

@@ -1,29 +1,90 @@
-"""`ctx.storage`: an object's SQL, key-value and alarm API.
+"""`ctx.storage`: an object's SQL, key-value and alarm API, and the event's commit.
 
 Writes made during one event are one implicit transaction, committed (fsync'd)
 at the end of the event before anything the event produced leaves it (the
 output gate). A raising handler does not roll its writes back; only
 `transaction()` does.
+
+The object's alarm is its *intent* (see `alarms.intent`): what its code set or
+deleted, with a generation number, committed together with the event's writes: in
+the object's own database when it has one, else in its alarm index row (an object
+that never touched its storage has no file). `commit_event` is the one place that
+makes an event durable: the index write that must come first (a wake hint), the
+commit, the index write that follows it. The committed intent is cached only once
+its commit has landed, so the cache never disagrees with disk.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, overload
+from typing import Any, NamedTuple, Protocol, overload
 
-from alarmtop.core.alarms.policy import AlarmKey
+from alarmtop.core.alarms import intent as I
+from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, Transition
+from alarmtop.core.errors import InvalidArgument
 from alarmtop.core.serialization import alarm_time_ms, to_json
-from alarmtop.core.storage.interface import ExecResult, ObjectStore
+from alarmtop.core.storage.interface import ExecResult, ExtraWrite, ObjectStore
 
+log = logging.getLogger("alarmtop.runtime")
 _UNSET: Any = object()
 
 
 class AlarmAccess(Protocol):
-    """What storage needs from the alarm scheduler."""
+    """What storage needs from the alarm scheduler: the index row and writes to it."""
 
-    async def current(self, key: AlarmKey) -> int | None: ...
+    async def lookup(self, key: AlarmKey) -> AlarmRecord | None: ...
+
+    async def commit(self, key: AlarmKey, tr: Transition | None,
+                     extra: ExtraWrite | None = None) -> AlarmRecord | None: ...
+
+    async def note_file(self, key: AlarmKey) -> None:
+        """Before an object's database is created: mark its row, list the object."""
+        ...
+
+    async def undo(self, key: AlarmKey, written: AlarmRecord | None,
+                   previous: AlarmRecord | None) -> None:
+        """Best effort: put `previous` back if the row is still the `written` one."""
+        ...
+
+
+# Opens the object's database: (key, create, intent to write into a new file).
+StoreOpener = Callable[[AlarmKey, bool, I.Intent], Awaitable["ObjectStore | None"]]
+
+
+class EventEnd(Protocol):
+    """How the end of an event reaches the alarm index."""
+
+    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
+             in_file: bool) -> I.CommitPlan:
+        """The index writes around the object's commit of `change` (None: the event did
+        not touch its alarm): `before` is made durable first (a wake hint), `after` once
+        the commit landed. For an object without a database there is one commit: the
+        index write, `after` (or `before` when there is no `after`)."""
+        ...
+
+
+class CallEnd:
+    """The end of a call, a socket event or a wake: the index follows the intent."""
+
+    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
+             in_file: bool) -> I.CommitPlan:
+        if change is None:
+            return I.CommitPlan(None, None)
+        return I.plan_change(key, current, change, in_file)
+
+
+CALL_END = CallEnd()
+
+
+class Committed(NamedTuple):
+    """What an event's commit made durable."""
+
+    change: I.Intent | None  # the new intent, if the event changed the alarm
+    record: AlarmRecord | None  # the index row after the event (None: none, or unknown)
+    index_failed: BaseException | None  # the write after the object's commit failed
 
 
 class SqlCursor:
@@ -61,8 +122,11 @@ class Sql:
 
 
 class Storage:
-    def __init__(self, key: AlarmKey, open_store: Callable[[AlarmKey], Awaitable[ObjectStore]],
-                 alarms: AlarmAccess, delete_all_preserves_alarm: bool) -> None:
+    """An object's storage. The event path calls `begin_event`, `defer_write`,
+    `commit_event` and `close`; user code calls the rest."""
+
+    def __init__(self, key: AlarmKey, open_store: StoreOpener, alarms: AlarmAccess,
+                 delete_all_preserves_alarm: bool) -> None:
         # `open_store` takes the key, so that one callable serves every object: a
         # closure per object would be garbage for the cyclic GC's older generations.
         self._key = key
@@ -71,11 +135,12 @@ class Storage:
         self._preserve_alarm = delete_all_preserves_alarm
         self._store: ObjectStore | None = None
         self._savepoints = 0
-        # Alarm as the object sees it: loaded lazily, changed in memory during an
-        # event and made durable by the runtime at the end of the event.
-        self._alarm: int | None = None
-        self._alarm_known = False
-        self._alarm_dirty = False
+        self._intent: I.Intent | None = None  # committed, loaded lazily, cached once durable
+        # This event's change of the alarm, if any (`_changed`), and what it asks for.
+        self._changed = False
+        self._wanted: int | None = None
+        self._in_alarm = False  # an alarm attempt runs: the handler sees no alarm
+        self._deferred: list[ExtraWrite] | None = None
 
     @property
     def sql(self) -> Sql:
@@ -83,50 +148,148 @@ class Storage:
         a reference cycle, and every woken object would leave garbage for the cyclic GC."""
         return Sql(self)
 
-    # -- plumbing used by the runtime --------------------------------------------------
-
-    async def _writable(self) -> ObjectStore:
-        if self._store is None:
-            self._store = await self._open_store(self._key)
-        await self._store.begin()
-        return self._store
-
-    def _begin_alarm_event(self, now_ms: int) -> None:
-        """The alarm is firing: the handler sees no alarm unless it sets one.
-
-        A change made while waking (the constructor re-arming) counts as set by the
-        handler, unless it asks for a time that this very firing already serves:
-        such a re-arm must not pull the retry of a failing handler forward."""
-        if self._alarm_dirty and self._alarm is not None and self._alarm > now_ms:
-            return
-        self._alarm, self._alarm_known, self._alarm_dirty = None, True, False
-
-    def _take_alarm_change(self) -> tuple[bool, int | None]:
-        change = (self._alarm_dirty, self._alarm)
-        self._alarm_dirty = False
-        return change
-
-    def _alarm_committed(self, at_ms: int | None) -> None:
-        """The runtime committed this alarm for the object during the event (with other
-        writes, in one transaction): the object sees it, the event's end has no change."""
-        self._alarm, self._alarm_known, self._alarm_dirty = at_ms, True, False
-
-    def _forget_alarm(self) -> None:
-        self._alarm_known = self._alarm_dirty = False
+    # -- the event path -----------------------------------------------------------------
 
     @property
-    def _is_open(self) -> bool:
+    def is_open(self) -> bool:
         """Whether the object's database is open (closing it needs I/O)."""
         return self._store is not None
 
-    async def _commit(self) -> None:
-        if self._store is not None:
-            await self._store.commit()
+    @property
+    def has_work(self) -> bool:
+        """Whether `commit_event` has anything to do for the event so far."""
+        return self._changed or self._store is not None or bool(self._deferred)
 
-    async def _close(self) -> None:
+    def begin_event(self, now_ms: int, alarm: bool) -> None:
+        """An event starts. For an alarm attempt the handler sees no alarm unless it
+        sets one; a change made while waking (the constructor re-arming) counts as
+        set by the handler, unless it asks for a time this very firing serves: such
+        a re-arm must not pull the retry of a failing handler forward."""
+        self._in_alarm = alarm
+        if alarm and self._changed and (self._wanted is None or self._wanted <= now_ms):
+            self._changed, self._wanted = False, None
+
+    def defer_write(self, write: ExtraWrite) -> None:
+        """Attach a write of the runtime database to this event's commit (the runtime's
+        own objects use it: an execution's log lands with its alarm, or not at all)."""
+        if self._deferred is None:
+            self._deferred = []
+        self._deferred.append(write)
+
+    async def load_intent(self) -> I.Intent:
+        """The committed intent: from the object's database if it has one (cached while
+        it is open), else its index row (read each time: the row is the intent)."""
+        if self._store is not None:
+            return await self._file_intent(self._store)
+        rec = await self._alarms.lookup(self._key)
+        if rec is not None and not rec.in_file:
+            return I.intent_of_row(rec)
+        # No row says it has none: the object may have a database (open it if so).
+        store = await self._open_store(self._key, False, I.intent_of_row(rec))
+        if store is None:
+            return I.intent_of_row(rec)
+        self._store = store
+        return await self._file_intent(store)
+
+    async def _file_intent(self, store: ObjectStore) -> I.Intent:
+        if self._intent is None:
+            self._intent = I.Intent(*await store.read_intent())
+        return self._intent
+
+    async def commit_event(self, end: EventEnd = CALL_END) -> Committed:
+        """Make the event durable: its storage writes and its alarm intent in one commit,
+        the alarm index never later than that truth.
+
+        Raises when nothing of the event was kept (a failed write before or during the
+        object's commit). A failed index write after the commit does not undo the
+        event: it is reported in `Committed.index_failed` (the row left is earlier than
+        the truth, and is reconciled when it falls due).
+        """
+        store = self._store
+        deferred, self._deferred = self._deferred, None
+        change: I.Intent | None = None
+        try:
+            if self._changed:
+                base = await self.load_intent()
+                store = self._store
+                change = I.Intent(base.gen + 1, self._wanted)
+            if store is None:
+                return await self._commit_in_index(end, change, deferred)
+            if deferred:
+                raise InvalidArgument("runtime-database writes ride only the commit of an "
+                                      "object without a database")
+            return await self._commit_in_file(store, end, change)
+        finally:
+            self._changed, self._wanted, self._in_alarm = False, None, False
+
+    async def _commit_in_index(self, end: EventEnd, change: I.Intent | None,
+                               deferred: list[ExtraWrite] | None) -> Committed:
+        """No database: the index row is the object's one durable state, and this
+        write its one commit (with the runtime-database writes deferred to it)."""
+        key = self._key
+        current = await self._alarms.lookup(key) if change is not None else None
+        plan = end.plan(key, current, change, False)
+        tr = plan.after if plan.after is not None else plan.before
+        extra = _combined(deferred)
+        if tr is None and extra is None:
+            return Committed(change, current, None)
+        return Committed(change, await self._alarms.commit(key, tr, extra), None)
+
+    async def _commit_in_file(self, store: ObjectStore, end: EventEnd,
+                              change: I.Intent | None) -> Committed:
+        key = self._key
+        current = await self._alarms.lookup(key) if change is not None else None
+        before, tr = end.plan(key, current, change, True)
+        written: AlarmRecord | None = None
+        try:
+            if before is not None:
+                written = await self._alarms.commit(key, before)
+            if change is not None:
+                await store.write_intent(*change)
+            await store.commit()
+        except BaseException:
+            await store.rollback()
+            if before is not None:
+                await self._alarms.undo(key, written, current)
+            raise
+        if change is not None:
+            self._intent = change
+        if tr is None:
+            return Committed(change, written if before is not None else current, None)
+        try:
+            return Committed(change, await self._alarms.commit(key, tr), None)
+        except Exception as exc:  # the event stands: the row is early, reconciled when due
+            log.warning("the alarm index missed %s/%s's committed alarm change (%s); it is "
+                        "reconciled when the alarm falls due", key[0], key[1], exc)
+            return Committed(change, None, exc)
+
+    async def abandon(self) -> None:
+        """The event is cut off (cancelled): keep nothing of it, as after a crash."""
+        self._changed, self._wanted, self._in_alarm, self._deferred = False, None, False, None
+        if self._store is not None:
+            await self._store.rollback()
+
+    async def close(self) -> None:
         if self._store is not None:
             store, self._store = self._store, None
+            self._intent = None  # cached only while the database is open
             await store.close()
+
+    async def _writable(self) -> ObjectStore:
+        store = self._store
+        if store is None:
+            # The intent of the row goes into a database that has none (a new one, or
+            # one written before intents lived there).
+            row_intent = I.intent_of_row(await self._alarms.lookup(self._key))
+            store = await self._open_store(self._key, False, row_intent)
+            if store is None:
+                # A new database: the index learns first that the intent may live in it.
+                await self._alarms.note_file(self._key)
+                store = await self._open_store(self._key, True, row_intent)
+                assert store is not None
+            self._store = store
+        await store.begin()
+        return store
 
     # -- key-value -----------------------------------------------------------------------
 
@@ -175,13 +338,13 @@ class Storage:
         store = await self._writable()
         self._savepoints += 1
         name = f"alarmtop_tx_{self._savepoints}"
-        saved = (self._alarm, self._alarm_known, self._alarm_dirty)
+        saved = (self._changed, self._wanted)
         await store.savepoint(name)
         try:
             yield
         except BaseException:
             await store.rollback_to(name)
-            self._alarm, self._alarm_known, self._alarm_dirty = saved
+            self._changed, self._wanted = saved
             raise
         await store.release(name)
 
@@ -195,16 +358,30 @@ class Storage:
 
     async def get_alarm(self) -> int | None:
         """Epoch ms of the pending alarm (or its next retry); None when there is none."""
-        if not self._alarm_known:
-            self._alarm = await self._alarms.current(self._key)
-            self._alarm_known = True
-        return self._alarm
+        if self._changed:
+            return self._wanted
+        if self._in_alarm:
+            return None
+        intent = await self.load_intent()
+        return I.user_view(intent, await self._alarms.lookup(self._key))
 
     async def set_alarm(self, at: Any) -> None:
         """Schedule the object's one alarm (epoch ms or an aware datetime), replacing any."""
-        self._alarm = alarm_time_ms(at)
-        self._alarm_known = self._alarm_dirty = True
+        self._wanted = alarm_time_ms(at)
+        self._changed = True
 
     async def delete_alarm(self) -> None:
-        self._alarm = None
-        self._alarm_known = self._alarm_dirty = True
+        self._wanted = None
+        self._changed = True
+
+
+def _combined(writes: list[ExtraWrite] | None) -> ExtraWrite | None:
+    if not writes:
+        return None
+    if len(writes) == 1:
+        return writes[0]
+
+    def all_of(conn: Any) -> None:
+        for write in writes:
+            write(conn)
+    return all_of

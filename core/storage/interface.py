@@ -8,11 +8,16 @@ assume SQLite or a single process.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
+
+if TYPE_CHECKING:
+    from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
 
 # A write of the backend's own tables, given the backend's connection.
 ExtraWrite = Callable[[Any], None]
@@ -53,7 +58,19 @@ class ObjectStore(Protocol):
     async def rollback_to(self, name: str) -> None: ...
 
     async def commit(self) -> None:
-        """Make everything written so far durable (fsync'd)."""
+        """Make everything written so far durable (fsync'd); a failure rolls back."""
+        ...
+
+    async def rollback(self) -> None:
+        """Undo everything written since the last commit."""
+        ...
+
+    async def read_intent(self) -> tuple[int, int | None]:
+        """The object's alarm intent `(gen, at_ms)` as committed in this database."""
+        ...
+
+    async def write_intent(self, gen: int, at_ms: int | None) -> None:
+        """Write the intent into the open transaction (durable with the next commit)."""
         ...
 
     async def destroy(self) -> None:
@@ -105,6 +122,54 @@ class AlarmIndex(Protocol):
         """(class, retry count, how many) over alarms retrying or running a retry."""
         ...
 
+    def object_write(self, key: AlarmKey, file: str, at_ms: int) -> ExtraWrite:
+        """A write that lists an object about to get a database."""
+        ...
+
+
+class ExecutionStore(Protocol):
+    """Execution logs, history, the idempotency ledger and the audit log.
+
+    Writes ride the backend's commits: `checkpoint` queues one now (its place among
+    writes is fixed when it is called) and returns a future to await for durability;
+    `checkpoint_write` makes a write for an object event's own commit."""
+
+    def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
+                   ops: Sequence[OperationRecord] = (),
+                   events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]: ...
+
+    def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
+                         ops: Sequence[OperationRecord] = (),
+                         events: Sequence[dict[str, Any]] = ()) -> ExtraWrite: ...
+
+    def submit(self, write: ExtraWrite) -> asyncio.Future[None]: ...
+
+    async def flush(self) -> None: ...
+
+    async def get(self, execution_id: str) -> ExecutionRecord | None: ...
+
+    async def operations(self, execution_id: str) -> list[OperationRecord]: ...
+
+    async def max_event_id(self, execution_id: str) -> int: ...
+
+    async def history(self, execution_id: str, after: int = 0,
+                      limit: int = -1) -> list[dict[str, Any]]: ...
+
+    async def list(self, status: str | None = None, limit: int = 100,
+                   offset: int = 0) -> list[ExecutionRecord]: ...
+
+    async def counts(self) -> dict[str, int]: ...
+
+    async def ledger_deliver(self, key: str, value: Any, at_ms: int,
+                             honour_key: bool = True) -> bool: ...
+
+    async def ledger_get(self, key: str) -> dict[str, Any] | None: ...
+
+    async def audit_append(self, entry: dict[str, Any]) -> None: ...
+
+    async def audit_list(self, limit: int = 100,
+                         offset: int = 0) -> builtins.list[dict[str, Any]]: ...
+
 
 class StorageBackend(Protocol):
     """Opens per-object stores and the shared alarm index."""
@@ -112,11 +177,18 @@ class StorageBackend(Protocol):
     @property
     def alarm_index(self) -> AlarmIndex: ...
 
+    @property
+    def execution_store(self) -> ExecutionStore: ...
+
     async def open(self) -> None: ...
 
     async def close(self) -> None: ...
 
-    async def open_object(self, object_class: str, object_name: str) -> ObjectStore: ...
+    async def open_object(self, object_class: str, object_name: str, create: bool = True,
+                          intent: tuple[int, int | None] = (0, None)) -> ObjectStore | None:
+        """The object's database (made with `intent` when new); None when it has none
+        and `create` is false."""
+        ...
 
     async def count_objects(self) -> int: ...
 

@@ -67,6 +67,32 @@ RUNTIME_MIGRATIONS: list[str] = [
         detail TEXT
     );
     """,
+    # One event, one commit: a row carries the intent generation it was made from, an
+    # optional wake hint, whether the object's intent may live in its own database,
+    # the total attempt count (only the first few and the last N attempts are kept),
+    # and its due time (the earlier of its next attempt and its hint) for the index.
+    # `objects` names every object that has a database file, with its real name.
+    """
+    ALTER TABLE alarms ADD COLUMN gen INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE alarms ADD COLUMN hint_ms INTEGER;
+    ALTER TABLE alarms ADD COLUMN hint_gen INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE alarms ADD COLUMN in_file INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE alarms ADD COLUMN attempt_count INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE alarms ADD COLUMN due_ms INTEGER;
+    UPDATE alarms SET due_ms = CASE WHEN state = 'dead' THEN NULL ELSE next_attempt_ms END,
+        attempt_count = CASE WHEN attempts IS NULL THEN 0 ELSE json_array_length(attempts) END;
+    DROP INDEX alarms_due;
+    CREATE INDEX alarms_due ON alarms (due_ms) WHERE due_ms IS NOT NULL;
+    CREATE TABLE objects (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        file TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        PRIMARY KEY (object_class, object_name)
+    ) WITHOUT ROWID;
+    CREATE TABLE upgrades (name TEXT PRIMARY KEY, at_ms INTEGER) WITHOUT ROWID;
+    INSERT INTO upgrades (name) VALUES ('object-files-v2');
+    """,
 ]
 
 def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:

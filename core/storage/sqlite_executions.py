@@ -113,14 +113,20 @@ class SqliteExecutionStore:
 
     async def ledger_deliver(self, key: str, value: Any, at_ms: int,
                              honour_key: bool = True) -> bool:
-        """Record a keyed delivery; True when this is the first one for the key."""
+        """Record a keyed delivery; True when this is the first one for the key.
+
+        "First" is decided inside the write itself (the count it leaves behind), so
+        concurrent deliveries of one key can never all be first."""
+        seen: list[int] = []
+
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO ledger (key, value, at_ms, deliveries) VALUES (?,?,?,1) "
-                         "ON CONFLICT (key) DO UPDATE SET deliveries = deliveries + 1",
-                         (key, _dumps(value), at_ms))
-        before = await self.ledger_get(key)
+            row = conn.execute(
+                "INSERT INTO ledger (key, value, at_ms, deliveries) VALUES (?,?,?,1) "
+                "ON CONFLICT (key) DO UPDATE SET deliveries = deliveries + 1 "
+                "RETURNING deliveries", (key, _dumps(value), at_ms)).fetchone()
+            seen.append(int(row[0]))
         await self._db.submit(extra=write)
-        return before is None or not honour_key
+        return seen[-1] == 1 or not honour_key
 
     async def ledger_get(self, key: str) -> dict[str, Any] | None:
         def read(conn: sqlite3.Connection) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ import asyncio
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +24,8 @@ from urllib.parse import quote
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
+from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.files import create_private, make_dirs
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
@@ -30,11 +33,15 @@ WriteFn = Callable[[sqlite3.Connection], None]
 _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "asyncio.Future[None]"]
 
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
-            "last_error, attempts, started_ms")
-_UPSERT = f"INSERT OR REPLACE INTO alarms ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+            "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count")
+# `due_ms` is written with every row (the record's `due_ms`): what the due index orders.
+_UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 _URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
             "ELSE 3 END")
 MAX_BATCH = 20_000
+BUSY_TIMEOUT_S = 5.0  # how long a write waits for a lock another connection holds
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 SALVAGE_TABLES = ("alarms", "executions", "operations", "history", "ledger", "audit")
 
 _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 11, 13, 26
@@ -55,16 +62,24 @@ def is_disk_full(exc: BaseException) -> bool:
     return sqlite_code(exc) == _SQLITE_FULL
 
 
+def is_locked(exc: BaseException) -> bool:
+    """Another connection held the lock past the busy timeout (a backup, a shell)."""
+    return sqlite_code(exc) in (_SQLITE_BUSY, _SQLITE_LOCKED) or (
+        isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc))
+
+
 def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
     attempts = json.dumps([a.to_dict() for a in rec.attempts]) if rec.attempts else None
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
-            rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms)
+            rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms,
+            rec.gen, rec.hint_ms, rec.hint_gen, 1 if rec.in_file else 0, rec.attempt_count,
+            rec.due_ms)
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
     attempts = tuple(Attempt.from_dict(a) for a in json.loads(row[7])) if row[7] else ()
     return AlarmRecord(row[0], row[1], row[2], AlarmState(row[3]), row[4], row[5], row[6],
-                       attempts, row[8])
+                       attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13])
 
 
 class SqliteAlarmIndex:
@@ -106,7 +121,10 @@ class SqliteAlarmIndex:
     def _connect(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if not self.path.exists():
+                create_private(self.path)  # audit log, inputs, results: the owner's only
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
+                                   timeout=BUSY_TIMEOUT_S)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             if self.check:
@@ -172,7 +190,7 @@ class SqliteAlarmIndex:
         return await self._run(self._salvage, source, doing="salvaging into")
 
     async def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(make_dirs, self.path.parent)
         await self._run(self._connect)
         self._loop = asyncio.get_running_loop()
 
@@ -245,8 +263,10 @@ class SqliteAlarmIndex:
             self._apply_entries(batch)
             return None
         except Exception as exc:
-            if len(batch) == 1:
-                return [exc]
+            if len(batch) == 1 or is_locked(exc) or is_disk_full(exc):
+                # The whole database refused (locked, full): every write fails alike, and
+                # trying each alone would wait out the busy timeout once per write.
+                return [exc] * len(batch)
         outcome: list[BaseException | None] = []
         for entry in batch:
             try:
@@ -284,6 +304,8 @@ class SqliteAlarmIndex:
     def _apply(self, final: dict[AlarmKey, AlarmRecord | None],
                extras: Sequence[WriteFn] = ()) -> None:
         conn = self.conn
+        if FAULT_POINTS.active:
+            FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         conn.execute("BEGIN IMMEDIATE")
         try:
             dels = [k for k, v in final.items() if v is None]
@@ -302,6 +324,8 @@ class SqliteAlarmIndex:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if FAULT_POINTS.active:
+            FAULT_POINTS.hit("index.commit.after", keys=list(final), extras=len(extras))
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[AlarmRecord]:
         return [_from_row(r) for r in self.conn.execute(sql, params).fetchall()]
@@ -313,13 +337,12 @@ class SqliteAlarmIndex:
 
     def _due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
         after = -(2**62) if after_ms == float("-inf") else int(after_ms)
-        base = (f"SELECT {_COLUMNS} FROM alarms WHERE state != 'dead' "
-                "AND next_attempt_ms > ?")
-        rows = self._query(base + " ORDER BY next_attempt_ms LIMIT ?", (after, limit))
+        base = f"SELECT {_COLUMNS} FROM alarms WHERE due_ms > ?"
+        rows = self._query(base + " ORDER BY due_ms LIMIT ?", (after, limit))
         if len(rows) < limit:
             return rows, True
-        last = rows[-1].next_attempt_ms
-        ties = self._query(base + " AND next_attempt_ms = ? ORDER BY object_class, object_name",
+        last = rows[-1].due_ms
+        ties = self._query(base + " AND due_ms = ? ORDER BY object_class, object_name",
                            (after, last))
         seen = {r.key for r in rows}
         rows.extend(r for r in ties if r.key not in seen)
@@ -335,8 +358,7 @@ class SqliteAlarmIndex:
 
     async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]:
         return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms WHERE "
-                               "state != 'dead' AND next_attempt_ms < ? "
-                               "ORDER BY next_attempt_ms LIMIT ?", (before_ms, limit))
+                               "due_ms < ? ORDER BY due_ms LIMIT ?", (before_ms, limit))
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
@@ -381,3 +403,57 @@ class SqliteAlarmIndex:
                 "retry_count").fetchall()
             return [(c, int(r), int(n)) for c, r, n in rows]
         return await self.read(read)
+
+    # -- objects that have a database -----------------------------------------------------
+
+    @staticmethod
+    def object_write(key: AlarmKey, file: str, at_ms: int) -> WriteFn:
+        """List an object that is about to get a database (its real name, its file)."""
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR IGNORE INTO objects (object_class, object_name, file, "
+                         "created_ms) VALUES (?, ?, ?, ?)", (key[0], key[1], file, at_ms))
+        return write
+
+    async def count_objects(self) -> int:
+        def read(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT count(*) FROM objects").fetchone()[0])
+        return await self.read(read)
+
+    async def list_objects(self, limit: int, offset: int = 0,
+                           contains: str | None = None) -> list[tuple[str, str]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            where, params = "", []
+            if contains:
+                where = "WHERE instr(object_class || '/' || object_name, ?) > 0"
+                params.append(contains)
+            rows = conn.execute(f"SELECT object_class, object_name FROM objects {where} "
+                                "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
+                                (*params, limit, offset)).fetchall()
+            return [(r[0], r[1]) for r in rows]
+        return await self.read(read)
+
+    # -- one-off upgrades of data written by older versions --------------------------------
+
+    async def upgrade_pending(self, name: str) -> bool:
+        def read(conn: sqlite3.Connection) -> bool:
+            return conn.execute("SELECT 1 FROM upgrades WHERE name = ? AND at_ms IS NULL",
+                                (name,)).fetchone() is not None
+        return await self.read(read)
+
+    async def run_upgrade(self, name: str, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn` on the database thread in one transaction that also marks the
+        upgrade done (`fn` may touch files first: it must be safe to run again)."""
+        def run(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(conn)
+                conn.execute("UPDATE upgrades SET at_ms = ? WHERE name = ?",
+                             (time.time_ns() // 1_000_000, name))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return out
+        return await self._run(lambda: run(self.conn), doing="upgrading")
+

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import errno
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -34,7 +33,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
 import aiosqlite
 
@@ -47,7 +45,16 @@ from alarmtop.core.errors import (
     StorageError,
 )
 from alarmtop.core.logs import log_event
+from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.files import create_private, fsync_dir, make_dirs
 from alarmtop.core.storage.interface import ExecResult
+from alarmtop.core.storage.names import (
+    DIGEST_NAME,
+    legacy_object_file_name,
+    name_of_file,
+    object_file_name,
+)
+from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
 from alarmtop.core.storage.sqlite_index import (
     SqliteAlarmIndex,
     is_corruption,
@@ -62,32 +69,19 @@ CORRUPT_INDEX_MODES = ("fail", "quarantine")
 
 _KV_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_kv "
              "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
-
-
-def object_file_name(object_name: str) -> str:
-    """A file name that keeps every object name apart (and never escapes the folder).
-
-    Names whose encoding would pass the 255-byte limit of file names keep a
-    readable prefix and end in a digest of the whole name."""
-    encoded = quote(object_name, safe="").replace(".", "%2E")
-    if len(encoded) > 180:
-        digest = hashlib.sha256(object_name.encode()).hexdigest()
-        encoded = f"{encoded[:100]}~{digest}"
-    return encoded + ".sqlite"
+# The object's alarm intent (one row) and who the database belongs to.
+_INTENT_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_alarm (one INTEGER PRIMARY KEY "
+                 "CHECK (one = 1), gen INTEGER NOT NULL, at_ms INTEGER)")
+_META_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_meta "
+               "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
+_OWN_TABLES = ("_alarmtop_alarm", "_alarmtop_meta")  # kept by delete_all()
+_PUT_INTENT = "INSERT OR REPLACE INTO _alarmtop_alarm (one, gen, at_ms) VALUES (1, ?, ?)"
 
 
 def _wall_ms() -> int:
     # Quarantine file names are read by people next to `ls -l` and the logs, so they
     # carry wall-clock time unless the runtime passes its own clock.
     return time.time_ns() // 1_000_000
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Quarantine:
@@ -118,7 +112,7 @@ class Quarantine:
         dest, n = base.with_name(f"{base.name}.{stamp}"), 1
         while dest.exists() or Path(f"{dest}.json").exists():
             dest, n = base.with_name(f"{base.name}.{stamp}-{n}"), n + 1
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(dest.parent)
         for suffix in ("", "-wal", "-shm"):
             src = Path(f"{path}{suffix}")
             if src.exists():
@@ -126,12 +120,13 @@ class Quarantine:
         info = {"event": "storage.quarantined", "what": what, "file": str(path),
                 "quarantined_to": str(dest), "reason": reason, "at_ms": now}
         note = Path(f"{dest}.json")
+        create_private(note)
         with note.open("w") as f:
             json.dump(info, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_dir(dest.parent)
-        _fsync_dir(path.parent)
+        fsync_dir(dest.parent)
+        fsync_dir(path.parent)
         self.records.append(info)
         log_event(STORAGE_LOG, logging.ERROR, f"damaged database {path} moved to {dest}: {reason}",
                   **info)
@@ -154,37 +149,60 @@ class _Damaged(Exception):
     """A file found damaged by our own checks (empty, failed quick_check)."""
 
 
-def _create_database(path: Path) -> None:
+def _create_database(path: Path, key: tuple[str, str], intent: tuple[int, int | None]) -> None:
     """Create an object's database under a temporary name, then rename it into place:
-    a file at the object's path is always an initialised database."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    a file at the object's path is always an initialised database, holding the
+    object's alarm intent and its real name from the start."""
+    make_dirs(path.parent)
     tmp = path.with_name(path.name + ".new")
     for suffix in ("", "-wal", "-shm"):
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
-    conn = sqlite3.connect(tmp, isolation_level=None)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(_KV_TABLE)
-    finally:
-        conn.close()
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+        create_private(tmp)
+        conn = sqlite3.connect(tmp, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("BEGIN")
+            _init_tables(conn, key, intent)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
 
 
-def _prepare(path: Path, quarantine: Quarantine, key: tuple[str, str]) -> bool:
-    """Create a new object's file (True), refuse a quarantined one, catch an empty one."""
+def _init_tables(conn: sqlite3.Connection, key: tuple[str, str],
+                 intent: tuple[int, int | None]) -> None:
+    conn.execute(_KV_TABLE)
+    conn.execute(_INTENT_TABLE)
+    conn.execute(_META_TABLE)
+    conn.execute(_PUT_INTENT, intent)
+    conn.executemany("INSERT OR REPLACE INTO _alarmtop_meta (key, value) VALUES (?, ?)",
+                     [("class", key[0]), ("name", key[1])])
+
+
+def _prepare(path: Path, quarantine: Quarantine, key: tuple[str, str], create: bool,
+             intent: tuple[int, int | None]) -> bool | None:
+    """Create a new object's file (True), refuse a quarantined one, catch an empty one;
+    None when there is no file and `create` is false."""
     try:
         size = path.stat().st_size
     except FileNotFoundError:
         notes = quarantine.notes_for(path)
         if notes:
             raise ObjectQuarantined(key[0], key[1], str(path), [str(n) for n in notes]) from None
-        _create_database(path)
+        if not create:
+            return None
+        _create_database(path, key, intent)
         return True
     if size == 0:
         raise _Damaged("the file is empty (truncated to zero bytes)")
@@ -192,22 +210,51 @@ def _prepare(path: Path, quarantine: Quarantine, key: tuple[str, str]) -> bool:
 
 
 async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
-    if conn is not None:
-        with contextlib.suppress(Exception):
-            await conn.close()
+    """Close a connection whatever state it is in, even while being cancelled."""
+    if conn is None:
+        return
+    try:
+        await asyncio.shield(conn.close())
+    except (Exception, asyncio.CancelledError):
+        conn.stop()  # at least end its thread
+
+
+def _connection(path: Path) -> aiosqlite.Connection:
+    """An aiosqlite connection whose thread never holds the interpreter open.
+
+    aiosqlite runs each connection on a non-daemon thread, so a script that raises
+    after `runtime.start()` without `stop()` would never exit. A daemon thread
+    dies with the process exactly as a crash would stop it, which the runtime
+    recovers from. (aiosqlite has no option for this; the thread is set before it
+    starts, the one reach into aiosqlite, tested in tests/core/test_exit.py.)"""
+    conn = aiosqlite.connect(path, isolation_level=None)
+    conn._thread.daemon = True
+    return conn
+
+
+async def _read_intent(conn: aiosqlite.Connection) -> tuple[int, int | None] | None:
+    try:
+        rows = list(await conn.execute_fetchall("SELECT gen, at_ms FROM _alarmtop_alarm"))
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return (int(rows[0][0]), rows[0][1]) if rows else None
 
 
 class SqliteObjectStore:
     """`ObjectStore` for one object's file."""
 
     def __init__(self, path: Path, conn: aiosqlite.Connection, quarantine: Quarantine,
-                 key: tuple[str, str]) -> None:
+                 key: tuple[str, str], intent: tuple[int, int | None]) -> None:
         self.path = str(path)
         self._conn = conn
         self._quarantine = quarantine
         self._key = key
+        self._intent = intent  # as committed in this file
         self._broken: StorageError | None = None  # quarantined: nothing works any more
         self._failed: StorageError | None = None  # this event hit a full disk or I/O error
+        self._pending_intent: tuple[int, int | None] | None = None  # written, not committed
 
     @property
     def _label(self) -> str:
@@ -215,13 +262,19 @@ class SqliteObjectStore:
 
     @classmethod
     async def open(cls, path: Path, quarantine: Quarantine | None = None, *,
-                   key: tuple[str, str] = ("?", "?"), check: bool = True) -> SqliteObjectStore:
-        """Open (or create) the database at `path`; a damaged one goes to quarantine."""
+                   key: tuple[str, str] = ("?", "?"), check: bool = True, create: bool = True,
+                   intent: tuple[int, int | None] = (0, None)) -> SqliteObjectStore | None:
+        """Open (or, with `create`, create) the database at `path`; a damaged one goes to
+        quarantine. None when there is none and `create` is false. `intent` is written
+        into a database that holds none (a new one, or one from before intents)."""
         quarantine = quarantine or Quarantine(path.parent)
         conn: aiosqlite.Connection | None = None
         try:
-            created = await asyncio.to_thread(_prepare, path, quarantine, key)
-            conn = await aiosqlite.connect(path, isolation_level=None)
+            created = await asyncio.to_thread(_prepare, path, quarantine, key, create, intent)
+            if created is None:
+                return None
+            conn = _connection(path)
+            await conn  # starts its thread and connects
             conn.row_factory = sqlite3.Row
             await conn.execute("PRAGMA journal_mode=WAL")
             await conn.execute("PRAGMA synchronous=FULL")
@@ -230,27 +283,46 @@ class SqliteObjectStore:
                 verdict = [r[0] for r in rows]
                 if verdict != ["ok"]:
                     raise _Damaged(f"quick_check: {'; '.join(map(str, verdict[:3]))}")
-            await conn.execute(_KV_TABLE)
-        except (_Damaged, sqlite3.DatabaseError) as exc:
+            found = await _read_intent(conn)
+            if found is None:
+                # Written before the intent lived here: the row's intent moves in.
+                await conn.execute("BEGIN")
+                await conn.execute(_KV_TABLE)
+                await conn.execute(_INTENT_TABLE)
+                await conn.execute(_META_TABLE)
+                await conn.execute(_PUT_INTENT, intent)
+                await conn.executemany(
+                    "INSERT OR REPLACE INTO _alarmtop_meta (key, value) VALUES (?, ?)",
+                    [("class", key[0]), ("name", key[1])])
+                await conn.execute("COMMIT")
+                found = intent
+        except BaseException as exc:
+            # Any exit, cancellation included, closes what was opened.
             await _close_quietly(conn)
-            if isinstance(exc, sqlite3.DatabaseError) and not is_corruption(exc):
-                if is_disk_full(exc):
-                    raise DiskFull(f"cannot open the database of {key[0]}/{key[1]}: the disk "
-                                   "is full", str(path)) from exc
-                raise StorageError(f"cannot open object database: {exc}", str(path)) from exc
-            reason = str(exc)
-            dest = await asyncio.to_thread(quarantine.move, path, reason,
-                                           f"object {key[0]}/{key[1]}")
-            raise CorruptDatabase(
-                f"the database of {key[0]}/{key[1]} is damaged ({reason}); it was moved to "
-                f"{dest}. The object refuses events until a good copy is restored to {path} "
-                f"(or the note {dest}.json is deleted to let it start empty); other objects "
-                "are not affected", str(path), str(dest)) from exc
-        except OSError as exc:
-            await _close_quietly(conn)
+            if not isinstance(exc, (_Damaged, sqlite3.DatabaseError, OSError)):
+                raise
+            return await cls._failed_open(exc, path, quarantine, key)
+        return cls(path, conn, quarantine, key, found)
+
+    @staticmethod
+    async def _failed_open(exc: BaseException, path: Path, quarantine: Quarantine,
+                           key: tuple[str, str]) -> SqliteObjectStore:
+        """Raise the alarmtop error for a failed open (quarantining a damaged file)."""
+        if isinstance(exc, OSError):
             kind = DiskFull if exc.errno == errno.ENOSPC else StorageError
             raise kind(f"cannot open object database: {exc}", str(path)) from exc
-        return cls(path, conn, quarantine, key)
+        if isinstance(exc, sqlite3.DatabaseError) and not is_corruption(exc):
+            if is_disk_full(exc):
+                raise DiskFull(f"cannot open the database of {key[0]}/{key[1]}: the disk "
+                               "is full", str(path)) from exc
+            raise StorageError(f"cannot open object database: {exc}", str(path)) from exc
+        reason = str(exc)
+        dest = await asyncio.to_thread(quarantine.move, path, reason, f"object {key[0]}/{key[1]}")
+        raise CorruptDatabase(
+            f"the database of {key[0]}/{key[1]} is damaged ({reason}); it was moved to "
+            f"{dest}. The object refuses events until a good copy is restored to {path} "
+            f"(or the note {dest}.json is deleted to let it start empty); other objects "
+            "are not affected", str(path), str(dest)) from exc
 
     # -- errors ---------------------------------------------------------------------------
 
@@ -289,8 +361,8 @@ class SqliteObjectStore:
         return StorageError(f"{doing} failed: {exc}", self.path)
 
     async def _rollback_quietly(self) -> None:
-        if self._conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(Exception):  # closed (quarantined) or already rolled back
+            if self._conn.in_transaction:
                 await self._conn.execute("ROLLBACK")
 
     # -- the ObjectStore protocol ---------------------------------------------------------
@@ -360,27 +432,64 @@ class SqliteObjectStore:
             await self._conn.execute(f"ROLLBACK TO {name}")
             await self._conn.execute(f"RELEASE {name}")
 
+    async def read_intent(self) -> tuple[int, int | None]:
+        """The alarm intent as committed in this database."""
+        return self._intent
+
+    async def write_intent(self, gen: int, at_ms: int | None) -> None:
+        """Write the intent in the event's transaction (durable with its commit)."""
+        await self.begin()
+        async with self._guard("writing the alarm"):
+            await self._conn.execute(_PUT_INTENT, (gen, at_ms))
+        self._pending_intent = (gen, at_ms)
+
     async def commit(self) -> None:
-        """End the event: make its writes durable, or report why they were not kept
-        (the next event starts clean either way)."""
+        """End the event: make its writes durable, or report why they were not kept.
+        Either way the next event starts clean: a failed commit rolls back."""
         failed, self._failed = self._failed, None
+        pending, self._pending_intent = self._pending_intent, None
         if failed is not None:
             await self._rollback_quietly()
             raise failed
+        if FAULT_POINTS.active:
+            await self._fault_point("object.commit.before")
         try:
             async with self._guard("committing"):
                 if self._conn.in_transaction:
                     await self._conn.execute("COMMIT")
+        except BaseException:
+            await self._rollback_quietly()
+            raise
         finally:
             self._failed = None
+        if pending is not None:
+            self._intent = pending
+        if FAULT_POINTS.active:
+            await self._fault_point("object.commit.after")
+
+    async def _fault_point(self, point: str) -> None:
+        try:
+            FAULT_POINTS.hit(point, key=self._key)
+        except sqlite3.Error as exc:
+            await self._rollback_quietly()
+            self._pending_intent = None
+            raise await self._classify(exc, "committing", None) from exc
+
+    async def rollback(self) -> None:
+        """Undo the event's writes (a write it depended on failed)."""
+        self._failed = self._pending_intent = None
+        await self._rollback_quietly()
 
     async def destroy(self) -> None:
+        """Drop every table and key the object made; its alarm intent and the record of
+        whose database this is stay (the alarm goes by `delete_alarm`, if at all)."""
         async with self._guard("deleting all data"):
             rows = await self._conn.execute_fetchall(
                 "SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view') "
                 "AND name NOT LIKE 'sqlite_%'")
             for kind, name in rows:
-                await self._conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
+                if name not in _OWN_TABLES:
+                    await self._conn.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
             await self._conn.execute(_KV_TABLE)
 
     async def close(self) -> None:
@@ -410,14 +519,19 @@ class SqliteBackend:
         self.check_on_open = check_on_open
         self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
         self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open)
+        self._executions = SqliteExecutionStore(self._index)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
 
     @property
     def alarm_index(self) -> SqliteAlarmIndex:
         return self._index
 
+    @property
+    def execution_store(self) -> SqliteExecutionStore:
+        return self._executions
+
     async def open(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(make_dirs, self.data_dir)
         quarantined: Path | None = None
         try:
             await asyncio.to_thread(self._check_index_file)
@@ -438,6 +552,11 @@ class SqliteBackend:
                       "database", event="storage.salvaged", source=str(quarantined),
                       **self.salvaged)
         await asyncio.to_thread(self._write_marker)
+        if await self._index.upgrade_pending("object-files-v2"):
+            upgraded = await self._index.run_upgrade("object-files-v2", self._upgrade_files)
+            log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: {upgraded['renamed']} "
+                      f"renamed, {upgraded['listed']} listed", event="storage.upgraded",
+                      **upgraded)
 
     def _has_data(self) -> str | None:
         """Why the folder is known to hold alarmtop data (None: it is new)."""
@@ -476,7 +595,7 @@ class SqliteBackend:
         tmp = marker.with_name(MARKER + ".new")
         tmp.write_text(json.dumps({"alarmtop": "data folder", "format": 1}) + "\n")
         os.replace(tmp, marker)
-        _fsync_dir(self.data_dir)
+        fsync_dir(self.data_dir)
 
     async def close(self) -> None:
         await self._index.close()
@@ -484,35 +603,69 @@ class SqliteBackend:
     def object_path(self, object_class: str, object_name: str) -> Path:
         return self.data_dir / "objects" / object_class / object_file_name(object_name)
 
-    async def open_object(self, object_class: str, object_name: str) -> SqliteObjectStore:
+    async def open_object(self, object_class: str, object_name: str, create: bool = True,
+                          intent: tuple[int, int | None] = (0, None)
+                          ) -> SqliteObjectStore | None:
+        """The object's database; None when it has none and `create` is false."""
         return await SqliteObjectStore.open(self.object_path(object_class, object_name),
                                             self.quarantine, key=(object_class, object_name),
-                                            check=self.check_on_open)
+                                            check=self.check_on_open, create=create,
+                                            intent=intent)
 
     async def count_objects(self) -> int:
-        return await asyncio.to_thread(self._count_objects)
+        return await self._index.count_objects()
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:
-        return await asyncio.to_thread(self._list_objects, limit, offset, contains)
+        return await self._index.list_objects(limit, offset, contains)
 
-    def _list_objects(self, limit: int, offset: int,
-                      contains: str | None) -> list[tuple[str, str]]:
-        root = self.data_dir / "objects"
-        if not root.exists():
-            return []
-        found: list[tuple[str, str]] = []
-        for cls_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for entry in os.scandir(cls_dir):
-                if entry.name.endswith(".sqlite"):
-                    name = unquote(entry.name[:-len(".sqlite")])
-                    if contains is None or contains in f"{cls_dir.name}/{name}":
-                        found.append((cls_dir.name, name))
-        found.sort()
-        return found[offset:offset + limit]
+    # -- upgrading a data dir written by alarmtop 0.1 --------------------------------------
 
-    def _count_objects(self) -> int:
+    def _upgrade_files(self, conn: sqlite3.Connection) -> dict[str, Any]:
+        """On the database thread, once: rename object files to names no two objects can
+        share, list every object that has one, and mark their alarm rows `in_file`.
+
+        Names are decoded from the files; a long name's file (ending in a digest) is
+        matched against the names the runtime knows (alarms, executions). Renames are
+        idempotent, so a crash halfway is finished by the next start."""
         root = self.data_dir / "objects"
-        if not root.exists():
-            return 0
-        return sum(1 for _ in root.glob("*/*.sqlite"))
+        listed: list[tuple[str, str, str]] = []
+        renamed = unknown = 0
+        if root.is_dir():
+            known: dict[str, list[str]] = {}
+            for cls, name in conn.execute("SELECT object_class, object_name FROM alarms"):
+                known.setdefault(cls, []).append(name)
+            known.setdefault("Execution", []).extend(
+                r[0] for r in conn.execute("SELECT id FROM executions"))
+            for cls_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+                by_old = {legacy_object_file_name(n): n for n in known.get(cls_dir.name, [])}
+                for entry in sorted(os.listdir(cls_dir)):
+                    if not entry.endswith(".sqlite"):
+                        continue
+                    stem = entry[:-len(".sqlite")]
+                    real = by_old.get(entry)
+                    if real is None and not DIGEST_NAME.match(stem):
+                        real = name_of_file(stem)
+                    if real is not None:
+                        new = object_file_name(real)
+                    else:  # a long name nobody names any more: keep its digest, fix its prefix
+                        match = DIGEST_NAME.match(stem)
+                        assert match is not None
+                        new = f"{match[1].replace('~', '%7E')[:100]}~{match[2]}.sqlite"
+                        unknown += 1
+                    if new != entry and not (cls_dir / new).exists():
+                        for suffix in ("", "-wal", "-shm"):
+                            src = cls_dir / f"{entry}{suffix}"
+                            if src.exists():
+                                os.replace(src, cls_dir / f"{new}{suffix}")
+                        renamed += 1
+                    if real is not None:
+                        listed.append((cls_dir.name, real, new))
+                fsync_dir(cls_dir)
+        now = _wall_ms()
+        conn.executemany("INSERT OR IGNORE INTO objects (object_class, object_name, file, "
+                         "created_ms) VALUES (?, ?, ?, ?)",
+                         [(c, n, f, now) for c, n, f in listed])
+        conn.executemany("UPDATE alarms SET in_file = 1 WHERE object_class = ? AND "
+                         "object_name = ?", [(c, n) for c, n, _ in listed])
+        return {"renamed": renamed, "listed": len(listed), "unknown_names": unknown}

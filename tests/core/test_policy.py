@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import (
     AlarmRecord,
     AlarmState,
@@ -311,8 +313,38 @@ def test_retry_times_never_go_back_and_death_comes_after_max_retries(
         assert near == (1 if policy.max_retries > 0 else 0)
 
 
-@given(policy=policies.filter(lambda p: p.jitter == 0), n=st.integers(1, 30))
+@given(policy=policies.map(lambda p: RetryPolicy(p.max_retries, p.initial_delay_s,
+                                                 p.backoff_rate, p.max_delay_s, 0.0)),
+       n=st.integers(1, 30))
 def test_delays_without_jitter_never_shrink(policy: RetryPolicy, n: int) -> None:
     assert 0 <= next_delay(policy, n) <= next_delay(policy, n + 1)
     if policy.max_delay_s is not None:
         assert next_delay(policy, n) <= policy.max_delay_s
+
+
+@pytest.mark.parametrize("retry", [1, 1_024, 1_025, 10**6, 10**18])
+def test_long_ladders_never_overflow(retry: int) -> None:
+    """Observation 9: `initial_delay_s=0, backoff_rate=2` overflowed near attempt 1,024 and
+    put the next attempt 30 days out; a zero delay stays zero, a capped one its cap."""
+    assert next_delay(RetryPolicy(initial_delay_s=0, backoff_rate=2), retry) == 0
+    assert next_delay(RetryPolicy(initial_delay_s=2, backoff_rate=2, max_delay_s=60),
+                      retry) == (2 if retry == 1 else 60)
+    assert math.isfinite(next_delay(RetryPolicy(initial_delay_s=1, backoff_rate=5), retry))
+
+
+def test_an_alarm_keeps_its_first_and_last_attempts_and_counts_all() -> None:
+    """Observation 9: every failure appended to an unbounded list (2 MB for one alarm after
+    1,000 attempts). The record keeps the first few and the last N, and counts them all."""
+    rec = AlarmRecord("Lease", "l1", T0, next_attempt_ms=T0)
+    policy = RetryPolicy(max_retries=2_000, initial_delay_s=0)
+    for i in range(1_000):
+        started = P.start_attempt(rec, T0 + i).record
+        assert started is not None
+        tr = P.fail(started, T0 + i, f"boom {i}", policy, keep=20)
+        assert tr.record is not None
+        rec = tr.record
+    assert rec.attempt_count == 1_000
+    assert len(rec.attempts) == P.KEEP_FIRST + 20
+    assert [a.error for a in rec.attempts[:3]] == ["boom 0", "boom 1", "boom 2"]
+    assert rec.attempts[-1].error == "boom 999"
+    assert rec.attempts[3].error == "boom 980"

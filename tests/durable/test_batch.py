@@ -147,3 +147,43 @@ async def test_map_runs_every_item(make_runtime: RuntimeFactory, clock: VirtualC
     names = [e["Name"] for e in d["history"]
              if e.get("SubType") == "MapIteration" and e["EventType"] == "ContextStarted"]
     assert names == ["map-item-0", "map-item-1", "map-item-2", "map-item-3"]
+
+
+# -- the batch owns its branches --------------------------------------------------------
+
+SIBLING: dict[str, Any] = {}
+
+
+@durable_execution(name="crash-beside-a-slow-branch")
+async def crash_beside_a_slow_branch(event: dict[str, Any], ctx: DurableContext) -> Any:
+    async def slow() -> str:
+        SIBLING["state"] = "running"
+        try:
+            await SIBLING["gate"].wait()  # never set: only a cancel ends it
+        finally:
+            SIBLING["state"] = "ended"
+        return "slow"
+
+    async def crashing(c: DurableContext) -> Any:
+        return await c.step(lambda: "x", name="crashes")
+
+    async def waiting(c: DurableContext) -> Any:
+        return await c.step(slow, name="slow")
+
+    return (await ctx.parallel([waiting, crashing])).to_dict()
+
+
+async def test_a_crashing_branch_leaves_no_sibling_running(make_runtime: RuntimeFactory,
+                                                           clock: VirtualClock) -> None:
+    """Observation 11: a branch that dies (here an injected crash, as if the process
+    died there) used to end the batch with its sibling still running, owned by nobody.
+    The batch now cancels and awaits the siblings before the invocation ends."""
+    import asyncio
+    SIBLING.clear()
+    SIBLING["gate"] = asyncio.Event()
+    rt = await make_runtime()
+    rt.register_execution(crash_beside_a_slow_branch)
+    rt.faults.inject("e-crash", "step_crash", step="crashes", point="A", times=None)
+    await rt.executions.start("crash-beside-a-slow-branch", {}, execution_id="e-crash")
+    await clock.advance(0)
+    assert SIBLING["state"] == "ended", "the sibling branch was left running"

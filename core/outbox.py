@@ -1,0 +1,57 @@
+"""What an event produces for the outside, held until the event's commit has landed.
+
+While an object's event runs, socket sends and closes and events for the bus are
+queued in the event's outbox (found through a context variable, so a blocker the
+event started queues into it too). Once the commit is durable they leave, in
+order; if it fails they are dropped, exactly as if the event had never happened.
+Anything sent outside an event, or after its outbox was flushed, leaves at once.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger("alarmtop.runtime")
+Send = Callable[[], Awaitable[None]]
+
+
+class Outbox:
+    __slots__ = ("_emit", "closed", "events", "sends")
+
+    def __init__(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
+        self._emit = emit
+        self.sends: list[Send] = []
+        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.closed = False
+
+    async def release(self) -> None:
+        """The commit landed: send and announce what the event produced."""
+        self.closed = True
+        for type_, data in self.events:
+            self._emit(type_, data)
+        for send in self.sends:
+            try:
+                await send()
+            except Exception:  # one broken client must not keep the rest from theirs
+                log.exception("a socket send after an event's commit failed")
+        self.sends.clear()
+        self.events.clear()
+
+    def drop(self) -> None:
+        """The event kept nothing: neither does the outside learn of it."""
+        self.closed = True
+        self.sends.clear()
+        self.events.clear()
+
+
+CURRENT: contextvars.ContextVar[Outbox | None] = contextvars.ContextVar(
+    "alarmtop_outbox", default=None)
+
+
+def current() -> Outbox | None:
+    """The outbox of the event this task runs in, if it is still collecting."""
+    box = CURRENT.get()
+    return box if box is not None and not box.closed else None
