@@ -56,12 +56,12 @@ def user_view(intent: Intent, rec: AlarmRecord | None) -> int | None:
     an older generation means a later change has not reached the index yet: the
     intent is the truth.
     """
-    if intent.at_ms is None:
+    if intent.at_ms is None or rec is None:
         return None
-    if rec is None:
-        return None
-    if rec.gen >= intent.gen:
+    if rec.gen == intent.gen:
         return rec.user_view()
+    if rec.gen > intent.gen:
+        return None  # written ahead of a commit that never landed: not the object's
     return intent.at_ms
 
 
@@ -83,10 +83,15 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
       missed the change (a crash or a failed write after the object's commit). The
       intent wins: its alarm replaces the record (and runs if due), or the record
       goes when the intent deleted it.
+    - The record is newer than the intent: an event wrote it before its object's
+      commit (where no alarm was), and the commit never landed. It goes.
     - The record is the intent's own (the runtime's retries, dead letter, re-arm): a
       hint on it from a newer generation never committed, so it is dropped; the
       record runs when its own time has come.
     """
+    if rec.gen > intent.gen:
+        return Reconciled(Verdict.FIX, P.Transition(None, (P.ann(
+            "alarm.reconciled", rec, action="never committed", gen=rec.gen),)))
     if intent.gen > rec.gen:
         if intent.at_ms is None:
             return Reconciled(Verdict.FIX, P.Transition(None, (P.ann("alarm.reconciled", rec,
@@ -120,6 +125,9 @@ def recover(rec: AlarmRecord, intent: Intent, now_ms: int, error: str, policy: R
     honoured: an alarm the handler deleted is gone (no handler runs for it), and an
     alarm it set is where the retry goes, counted as a retry.
     """
+    if rec.gen > intent.gen:  # never committed (see `reconcile`)
+        return P.Transition(None, (P.ann("alarm.reconciled", rec, action="never committed",
+                                         gen=rec.gen),))
     if intent.gen > rec.gen:
         if intent.at_ms is None:
             return P.Transition(None, (P.ann("alarm.reconciled", rec, action="deleted",

@@ -285,6 +285,11 @@ class ObjectHost:
                 committed = await finish_uncancelled(storage.commit_event(kind.end(error)))
             except BaseException:
                 box.drop()
+                # What the instance holds in memory may come from writes that were not
+                # kept: the object is reset, and the next event builds it again from
+                # what is on disk.
+                if r.instance is not None:
+                    self._evict(r)
                 raise
             finally:
                 outbox.CURRENT.reset(token)

@@ -85,9 +85,11 @@ def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
 class SqliteAlarmIndex:
     """`AlarmIndex` on one SQLite file in WAL mode with synchronous=FULL."""
 
-    def __init__(self, path: Path, check: bool = True) -> None:
+    def __init__(self, path: Path, check: bool = True,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         self.path = path
         self.check = check  # quick_check the file when opening it
+        self.busy_timeout_s = busy_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="alarm-index")
         self._conn: sqlite3.Connection | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # set while writes are taken
@@ -124,7 +126,7 @@ class SqliteAlarmIndex:
             if not self.path.exists():
                 create_private(self.path)  # audit log, inputs, results: the owner's only
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False,
-                                   timeout=BUSY_TIMEOUT_S)
+                                   timeout=self.busy_timeout_s)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=FULL")
             if self.check:

@@ -56,6 +56,7 @@ from alarmtop.core.storage.names import (
 )
 from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
 from alarmtop.core.storage.sqlite_index import (
+    BUSY_TIMEOUT_S,
     SqliteAlarmIndex,
     is_corruption,
     is_disk_full,
@@ -501,7 +502,8 @@ class SqliteBackend:
     """The embedded default: `runtime.sqlite` for the alarm index, a file per object."""
 
     def __init__(self, data_dir: Path, *, on_corrupt_index: str = "fail",
-                 check_on_open: bool = True, now_ms: Callable[[], int] | None = None) -> None:
+                 check_on_open: bool = True, now_ms: Callable[[], int] | None = None,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
         """`on_corrupt_index`: what `open()` does when runtime.sqlite is damaged, or missing
         while the folder holds alarmtop data: "fail" (the default) raises
         `CorruptDatabase` and changes nothing; "quarantine" moves it to
@@ -510,7 +512,8 @@ class SqliteBackend:
 
         `check_on_open` runs SQLite's quick_check on every database it opens, so damage
         is found before the object reads half its data. `now_ms` stamps quarantined
-        files (the wall clock by default)."""
+        files (the wall clock by default). `busy_timeout_s`: how long a write waits for a
+        lock another connection holds (a backup, a `sqlite3` shell) before it fails."""
         if on_corrupt_index not in CORRUPT_INDEX_MODES:
             raise InvalidArgument(f"on_corrupt_index is one of {CORRUPT_INDEX_MODES}, not "
                                   f"{on_corrupt_index!r}")
@@ -518,7 +521,8 @@ class SqliteBackend:
         self.on_corrupt_index = on_corrupt_index
         self.check_on_open = check_on_open
         self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
-        self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open)
+        self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open,
+                                       busy_timeout_s=busy_timeout_s)
         self._executions = SqliteExecutionStore(self._index)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
 

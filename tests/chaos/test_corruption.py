@@ -28,6 +28,7 @@ import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.errors import CorruptDatabase, DiskFull, ObjectQuarantined, StorageError
+from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.sqlite_objects import MARKER, SqliteBackend
 from tests.conftest import RuntimeFactory
 
@@ -192,8 +193,8 @@ async def test_damage_found_mid_event_is_quarantined_too(make_runtime: RuntimeFa
     pages_overwritten(path)
     with pytest.raises(CorruptDatabase, match="moved to"):
         await victim.get("fill7")
-    with pytest.raises(CorruptDatabase):
-        await victim.get("fill8")  # the open store stays broken, it does not limp on
+    with pytest.raises(ObjectQuarantined):
+        await victim.get("fill8")  # it does not limp on: it refuses, saying why
     assert rt.backend.quarantine.records[-1]["file"] == str(path)  # type: ignore[attr-defined]
 
 
@@ -353,23 +354,23 @@ def disk_full_error() -> sqlite3.OperationalError:
 
 
 class FailingWrites:
-    """Makes one object's COMMITs fail as SQLite does on a full disk (it also rolls the
-    transaction back, as SQLite does)."""
+    """Makes one object's commits fail as SQLite does on a full disk (through the fault
+    point before every object commit, so a reopened database fails alike)."""
 
     def __init__(self) -> None:
         self.on = False
 
-    def install(self, store: Any) -> None:
-        conn = store._conn
-        real = conn.execute
-
-        async def execute(sql: str, *args: Any) -> Any:
-            if self.on and sql.strip().upper() == "COMMIT":
-                await real("ROLLBACK")
+    def install(self, key: tuple[str, str]) -> None:
+        def full(info: dict[str, Any]) -> None:
+            if self.on and info.get("key") == key:
                 raise disk_full_error()
-            return await real(sql, *args)
+        FAULT_POINTS.arm("object.commit.before", full)
 
-        conn.execute = execute
+
+@pytest.fixture(autouse=True)
+def _disarm() -> Iterator[None]:
+    yield
+    FAULT_POINTS.disarm()
 
 
 async def test_full_disk_on_an_object_fails_the_event_not_the_runtime(
@@ -379,7 +380,7 @@ async def test_full_disk_on_an_object_fails_the_event_not_the_runtime(
     for i in range(5):
         await box.put(f"k{i}", i)
     failing = FailingWrites()
-    failing.install(rt.host._residents[("Box", "box")].storage._store)  # type: ignore[union-attr]
+    failing.install(("Box", "box"))
     failing.on = True
     with pytest.raises(DiskFull) as err:
         await box.put_and_arm("lost", "never acknowledged", 1000)
@@ -404,7 +405,7 @@ async def test_a_failed_event_does_not_leave_its_alarm_behind(
     box = rt.get(Box, "box")
     await box.put("k", 0)
     failing = FailingWrites()
-    failing.install(rt.host._residents[("Box", "box")].storage._store)  # type: ignore[union-attr]
+    failing.install(("Box", "box"))
     failing.on = True
     with pytest.raises(DiskFull):
         await box.put_and_arm("k", 1, 1000)
