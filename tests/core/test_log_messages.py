@@ -17,11 +17,19 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from alarmtop.core import AlarmInfo, DurableObject, JsonFormatter, RetryPolicy, VirtualClock
+from alarmtop.core import (
+    AlarmInfo,
+    DurableObject,
+    JsonFormatter,
+    RetryPolicy,
+    VirtualClock,
+    configure_logging,
+)
 from alarmtop.core.durable import DurableContext, Duration, durable_execution
 from alarmtop.core.errors import CorruptDatabase
 from alarmtop.core.logs import alarm_failed_message, dead_letters_message, execution_message
@@ -243,3 +251,36 @@ def test_a_program_without_logging_configuration_prints_the_lines(tmp_path: Path
         f"alarm failed: Flaky/payments-0, attempt 2 of 2: {error}; that was the last "
         "attempt: the alarm is a dead letter until an operator re-arms it "
         "(rt.rearm('Flaky', 'payments-0'), or r in the console)"]
+
+
+@pytest.fixture
+def alarmtop_logger() -> Iterator[logging.Logger]:
+    """The package logger, put back as it was after `configure_logging` changed it."""
+    logger = logging.getLogger("alarmtop")
+    handlers, level = logger.handlers[:], logger.level
+    yield logger
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+@pytest.mark.parametrize("json_lines", [False, True], ids=["plain", "json"])
+async def test_configured_logs_are_the_sentence_or_its_fields(
+        make_runtime: RuntimeFactory, clock: VirtualClock, json_lines: bool,
+        alarmtop_logger: logging.Logger, capsys: pytest.CaptureFixture[str]) -> None:
+    """Plain lines end with the message (the fields would only repeat it); JSON lines
+    carry the message and every field as top-level keys."""
+    configure_logging(json_lines=json_lines)
+    rt = await make_runtime(Fails, policies={"Fails": RetryPolicy(max_retries=0)})
+    await rt.get(Fails, "f").arm()
+    await clock.advance(1)
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "alarm" in x]
+    head = f"alarm failed: Fails/f, attempt 1 of 1: {ERROR_AT}"
+    if not json_lines:
+        assert f" ERROR alarmtop.alarms: {head}" in line
+        assert line.endswith("(rt.rearm('Fails', 'f'), or r in the console)")
+        return
+    record = json.loads(line)
+    assert record["message"].startswith(head)
+    assert (record["level"], record["event"], record["object"], record["last_attempt"]) == (
+        "error", "alarm.failed", "Fails/f", True)
+    assert record["error"].startswith(ERROR_AT)
