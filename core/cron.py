@@ -105,6 +105,8 @@ class CronRunner:
                 self._events.emit("cron.fired", {"name": job.name, "expression": job.expression})
             except Exception as exc:
                 job.failures += 1
-                log_event(RUNTIME_LOG, logging.ERROR, "cron job failed", event="cron.failed",
-                          name=job.name, error=f"{type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                log_event(RUNTIME_LOG, logging.ERROR, f"cron job {job.name} ({job.expression}) "
+                          f"failed: {error}; it runs again at its next time", event="cron.failed",
+                          name=job.name, error=error)
                 self._events.emit("cron.failed", {"name": job.name, "error": str(exc)})

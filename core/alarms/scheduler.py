@@ -21,7 +21,13 @@ from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Retry
 from alarmtop.core.alarms.window import DueWindow
 from alarmtop.core.clock import Clock
 from alarmtop.core.events import EventBus
-from alarmtop.core.logs import ALARM_LOG, log_event
+from alarmtop.core.logs import (
+    ALARM_LOG,
+    NAMED_DEAD_LETTERS,
+    alarm_failed_message,
+    dead_letters_message,
+    log_event,
+)
 from alarmtop.core.storage.interface import AlarmIndex, ExtraWrite
 from alarmtop.core.storage.names import object_file_name
 from alarmtop.core.tasks import Supervisor, Wakeup
@@ -283,8 +289,8 @@ class AlarmScheduler:
             while True:
                 try:
                     await fire(rec)
-                except Exception:
-                    self._dispatch_failed(rec)
+                except Exception as exc:
+                    self._dispatch_failed(rec, exc)
                 if window.needs_refill() and not self._loading:
                     self._wakeup.poke()
                 nxt = window.pop_one(clock.now_ms())
@@ -297,10 +303,12 @@ class AlarmScheduler:
                 self._inflight.discard(task)
             self._wakeup.poke()
 
-    def _dispatch_failed(self, rec: AlarmRecord) -> None:
+    def _dispatch_failed(self, rec: AlarmRecord, exc: Exception) -> None:
         # The attempt could not even be recorded (e.g. the disk is full): the alarm is
         # still due; try again a second later rather than drop it until restart.
-        logging.getLogger("alarmtop.runtime").exception("alarm dispatch failed")
+        logging.getLogger("alarmtop.runtime").exception(
+            "alarm of %s/%s not run: its attempt could not be recorded (%s: %s); trying "
+            "again in 1 s", rec.object_class, rec.object_name, type(exc).__name__, exc)
         if self.still_current(rec):
             later = replace(rec, next_attempt_ms=self._clock.now_ms() + 1000)
             self.window.put(later)
@@ -345,16 +353,20 @@ class AlarmScheduler:
             self._wakeup.poke()
         dead = (await self.index.counts()).get(AlarmState.DEAD.value, 0)
         if dead:
-            log_event(ALARM_LOG, logging.WARNING, f"{dead} dead letter(s) wait for an operator",
-                      event="alarm.dead_letters", count=dead)
+            named = [f"{r.object_class}/{r.object_name}" for r in
+                     await self.index.in_state(AlarmState.DEAD.value, NAMED_DEAD_LETTERS)]
+            log_event(ALARM_LOG, logging.WARNING, dead_letters_message(dead, named),
+                      event="alarm.dead_letters", count=dead, objects=named)
             self._events.emit("alarm.dead_letters", {"count": dead})
         return found
 
     def log_failure(self, rec: AlarmRecord, error: str, crashed: bool = False) -> None:
         pol = self.policy_for(rec.object_class)
         last = rec.retry_count + 1 > pol.max_retries
-        log_event(ALARM_LOG, logging.ERROR if last else logging.WARNING, "alarm failed",
-                  event="alarm.failed", object=f"{rec.object_class}/{rec.object_name}",
+        obj = f"{rec.object_class}/{rec.object_name}"
+        message = alarm_failed_message(obj, rec.retry_count + 1, pol.max_retries + 1, error, last)
+        log_event(ALARM_LOG, logging.ERROR if last else logging.WARNING, message,
+                  event="alarm.failed", object=obj,
                   object_class=rec.object_class, object_name=rec.object_name,
                   retry_count=rec.retry_count, max_retries=pol.max_retries,
                   last_attempt=last, error=error, crashed=crashed)

@@ -22,6 +22,7 @@ from alarmtop.core.durable.errors import (
     ValidationError,
 )
 from alarmtop.core.durable.operations import ExecutionRecord, OpType
+from alarmtop.core.logs import log_execution
 from alarmtop.core.serialization import to_json
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class ExecutionEngine:
         return versions[version]
 
     def announce(self, rec: ExecutionRecord, type_: str, **data: Any) -> None:
+        log_execution(type_, rec.id, rec.name, rec.error, data.get("reason"))
         self.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
                                  "status": rec.status.value, **data})
 

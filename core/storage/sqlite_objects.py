@@ -129,8 +129,13 @@ class Quarantine:
         fsync_dir(dest.parent)
         fsync_dir(path.parent)
         self.records.append(info)
-        log_event(STORAGE_LOG, logging.ERROR, f"damaged database {path} moved to {dest}: {reason}",
-                  **info)
+        # The caller's error says what to do, but only to the caller: the log line is
+        # what an operator sees, so it says it too.
+        obj = what.startswith("object")
+        then = (f"; the object refuses events until a good copy is restored to {path} (or "
+                f"the note {dest}.json is deleted to let it start empty)" if obj else "")
+        log_event(STORAGE_LOG, logging.ERROR, f"the {'database of ' if obj else ''}{what} is "
+                  f"damaged ({reason}): {path} moved to {dest}{then}", **info)
         for listener in list(self.listeners):
             try:
                 listener(info)
@@ -543,24 +548,30 @@ class SqliteBackend:
         except CorruptDatabase as exc:
             if self.on_corrupt_index != "quarantine":
                 raise
-            log_event(STORAGE_LOG, logging.ERROR, "runtime database damaged; quarantining it "
-                      "as the operator asked (on_corrupt_index='quarantine')",
+            # The error's advice (restore, or choose quarantine) is moot here: say the cause.
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            log_event(STORAGE_LOG, logging.ERROR, f"the runtime database {self._index.path} "
+                      f"cannot be used ({cause}); quarantining it and salvaging what can be "
+                      "read, as on_corrupt_index='quarantine' asks",
                       event="storage.index_damaged", file=str(self._index.path), error=str(exc))
             if self._index.path.exists():
                 quarantined = await asyncio.to_thread(
-                    self.quarantine.move, self._index.path, str(exc), "runtime database")
+                    self.quarantine.move, self._index.path, str(cause), "runtime database")
             await self._index.open()
         if quarantined is not None:
             self.salvaged = await self._index.salvage_from(quarantined)
+            kept = ", ".join(f"{k}: {v}" for k, v in self.salvaged.items())
             log_event(STORAGE_LOG, logging.WARNING, "rows salvaged from the quarantined runtime "
-                      "database", event="storage.salvaged", source=str(quarantined),
+                      f"database {quarantined}, per table: {kept}",
+                      event="storage.salvaged", source=str(quarantined),
                       **self.salvaged)
         await asyncio.to_thread(self._write_marker)
         if await self._index.upgrade_pending("object-files-v2"):
             upgraded = await self._index.run_upgrade("object-files-v2", self._upgrade_files)
-            log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: {upgraded['renamed']} "
-                      f"renamed, {upgraded['listed']} listed", event="storage.upgraded",
-                      **upgraded)
+            if upgraded["listed"] or upgraded["renamed"] or upgraded["unknown_names"]:
+                log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: "
+                          f"{upgraded['renamed']} renamed, {upgraded['listed']} listed",
+                          event="storage.upgraded", **upgraded)
 
     def _has_data(self) -> str | None:
         """Why the folder is known to hold alarmtop data (None: it is new)."""

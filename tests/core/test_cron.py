@@ -73,8 +73,11 @@ async def test_failing_cron_is_announced_and_continues(make_runtime: RuntimeFact
     assert (job.runs, job.failures) == (1, 2)
     assert [(e.type, e.data.get("error")) for e in sub.drain()] == [
         ("cron.failed", "boom 1"), ("cron.failed", "boom 2"), ("cron.fired", None)]
-    failures = [r for r in caplog.records if r.getMessage() == "cron job failed"]
-    assert len(failures) == 2
+    failures = [r for r in caplog.records
+                if getattr(r, "alarmtop", {}).get("event") == "cron.failed"]
+    assert [r.getMessage() for r in failures] == [
+        f"cron job {job.name} (* * * * *) failed: RuntimeError: boom {n}; it runs again at "
+        "its next time" for n in (1, 2)]
     assert failures[0].alarmtop["error"] == "RuntimeError: boom 1"  # type: ignore[attr-defined]
 
 

@@ -37,7 +37,8 @@ async def test_every_alarm_failure_is_one_json_record(make_runtime: RuntimeFacto
     caplog.set_level(logging.INFO, logger="alarmtop.alarms")
     await rt.get(Fails, "f").arm()
     await clock.advance(5)
-    records = [r for r in caplog.records if r.getMessage() == "alarm failed"]
+    records = [r for r in caplog.records
+               if getattr(r, "alarmtop", {}).get("event") == "alarm.failed"]
     assert len(records) == 2
     lines = [json.loads(JsonFormatter().format(r)) for r in records]
     assert [(x["object"], x["retry_count"], x["last_attempt"]) for x in lines] == [
