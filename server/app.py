@@ -296,14 +296,21 @@ class OpsServer:
             limit = self._query_rate if is_query else self._rate
             error = (f"rate limited: at most {limit:g} {'queries' if is_query else 'commands'}"
                      " per second")
-            await self.ops.refused(session, msg, error)
+            await self._audit_refusal(session, msg, error)
             return failure(msg.id if not isinstance(msg, Hello) else None, error)
         if isinstance(msg, ProtocolError):
-            await self.ops.refused(session, msg, msg.message)
+            await self._audit_refusal(session, msg, msg.message)
             return failure(msg.id, msg.message)
         if isinstance(msg, Hello):
             return failure(None, "already said hello")
         return await self._command(msg, session)
+
+    async def _audit_refusal(self, session: Session, msg: Hello | Command | ProtocolError,
+                             error: str) -> None:
+        try:
+            await self.ops.refused(session, msg, error)
+        except Exception:  # the database going away (a stop) must not end the connection
+            log.exception("could not audit a refused frame from %s", session.address)
 
     async def _command(self, msg: Command, session: Session) -> dict[str, Any]:
         try:

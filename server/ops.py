@@ -229,8 +229,9 @@ class OpsService:
 
 
 def safe_text(value: Any, limit: int = MAX_AUDIT_TEXT) -> str | None:
-    """Client text as the audit log may keep it: a string of valid Unicode (anything
-    that is not becomes U+FFFD), at most `limit` characters; None stays None."""
+    """Client text as the audit log may keep it: a string of valid Unicode (a lone
+    surrogate becomes "?"; a value that is not a string, its repr), at most `limit`
+    characters; None stays None."""
     if value is None:
         return None
     text = value if isinstance(value, str) else repr(value)

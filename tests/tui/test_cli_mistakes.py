@@ -258,6 +258,12 @@ def test_serve_with_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
     assert_clear(outcome, 2, "is a file, not a folder")
 
 
+def test_the_demo_with_a_data_dir_that_is_a_file(tmp_path: Path) -> None:
+    afile = tmp_path / "data"
+    afile.write_text("not a folder")
+    assert_clear(alarmtop("--demo", "--data-dir", str(afile)), 2, "is a file, not a folder")
+
+
 def test_serve_with_a_read_only_data_dir(tmp_path: Path) -> None:
     """The folder's mode says no writes; root ignores modes, so as root the server runs
     without the capability that lets it (setpriv), as an ordinary user would."""
