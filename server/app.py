@@ -1,8 +1,14 @@
 """The ops server: `/ops` for consoles, `/objects/<Class>/<name>` for object
-WebSockets, `/metrics` for Prometheus. Binds 127.0.0.1 unless told otherwise.
+WebSockets, `/metrics` for Prometheus. Binds 127.0.0.1 unless told otherwise, and
+refuses to serve beyond this machine without TLS unless told that too.
 
 The socket handlers only decode, call the runtime and encode; the protocol is in
-`wire`, the commands in `ops`, the fan-out in `feed`.
+`wire`, the commands and their audit in `ops`, the fan-out in `feed`, object
+sockets in `objects`, and who may connect or how fast in `guard`.
+
+Every WebSocket route checks `Origin` first: browsers send it, and only origins on
+the allow-list (`allow_origins`, none by default) get in; clients that send none
+(the console, scripts) are not browsers and are let through to the token check.
 """
 
 from __future__ import annotations
@@ -11,9 +17,8 @@ import asyncio
 import contextlib
 import logging
 import ssl
-import time
+from collections.abc import Iterable
 from typing import Any
-from urllib.parse import unquote
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
@@ -23,14 +28,23 @@ from websockets.http11 import Request, Response
 from alarmtop.core import Runtime
 from alarmtop.core.errors import AlarmtopError
 from alarmtop.server.auth import Tokens
-from alarmtop.server.feed import ClientChannel, Feed
+from alarmtop.server.feed import ClientChannel, Feed, Frame
+from alarmtop.server.guard import (
+    CLOSE_POLICY,
+    RateLimit,
+    Refusal,
+    check_bind,
+    check_origin,
+)
 from alarmtop.server.metrics import Metrics
-from alarmtop.server.ops import OpsService, Session
+from alarmtop.server.objects import ObjectSocketLimits, ObjectSockets, refuse
+from alarmtop.server.ops import QUERY_OPS, OpsService, Session
 from alarmtop.server.wire import (
     MAX_FRAME_BYTES,
     Command,
     Hello,
     ProtocolError,
+    close_reason,
     decode,
     encode,
     failure,
@@ -40,57 +54,64 @@ from alarmtop.server.wire import (
 
 log = logging.getLogger("alarmtop.server")
 HELLO_TIMEOUT_S = 10.0
+# Commands change things and are audited: a person at a console sends a few a second.
 RATE_PER_S = 50.0
 RATE_BURST = 100.0
+# Queries are what the console does on its own (pages and the ones around them, the
+# detail of the row under the cursor): a key held down is 30 a second, each a query or
+# two, so these leave the console ten times the room it needs.
+QUERY_RATE_PER_S = 500.0
+QUERY_BURST = 1000.0
 CLOSE_TIMEOUT_S = 5.0
-MAX_REJECTED = 20  # consecutive rate-limited commands before the connection is closed
-CLOSE_POLICY = 1008
+MAX_REJECTED = 20  # consecutive rate-limited frames before the connection is closed
 
 
-class RateLimit:
-    """A token bucket on the wall clock (pacing clients is not runtime work)."""
+class _Pace:
+    """A connection's two budgets: commands, and queries (which page fast)."""
 
-    def __init__(self, per_s: float = RATE_PER_S, burst: float = RATE_BURST) -> None:
-        self.per_s, self.burst = per_s, burst
-        self.tokens, self.at = burst, time.monotonic()
-        self.rejected = 0
+    def __init__(self, commands_per_s: float, queries_per_s: float) -> None:
+        self.commands = RateLimit(commands_per_s, RATE_BURST)
+        self.queries = RateLimit(queries_per_s, max(QUERY_BURST, queries_per_s * 2))
+        self.rejected = 0  # in a row, whichever budget refused
 
-    def allow(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_s)
-        self.at = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            self.rejected = 0
-            return True
-        self.rejected += 1
-        return False
+    def allow(self, query: bool) -> bool:
+        ok = (self.queries if query else self.commands).allow()
+        self.rejected = 0 if ok else self.rejected + 1
+        return ok
 
 
-class _SocketTransport:
-    """An object WebSocket as the runtime's socket registry sees it."""
-
-    def __init__(self, conn: ServerConnection) -> None:
-        self._conn = conn
-        self.address = _address(conn)
-
-    async def send(self, message: str) -> None:
-        with contextlib.suppress(ConnectionClosed):
-            await self._conn.send(message)
-
-    async def close(self, code: int, reason: str) -> None:
-        await self._conn.close(code, reason)
-
-
-def _address(conn: ServerConnection) -> str:
+def _address(conn: ServerConnection) -> tuple[str, str]:
+    """(host, host:port) of the client."""
     addr = conn.remote_address
-    return f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+    if isinstance(addr, tuple):
+        return str(addr[0]), f"{addr[0]}:{addr[1]}"
+    return str(addr), str(addr)
 
 
 class OpsServer:
+    """The runtime's WebSocket and metrics server.
+
+    Args:
+        runtime: the runtime served (started before `start()`).
+        tokens: the viewer and operator tokens of `/ops`.
+        host, port: where to listen (port 0: any free one, then `self.port`).
+        ssl_context: serve `wss://`; without it a non-loopback `host` is refused
+            unless `insecure_no_tls`.
+        tick_s: how often the feed sends deltas.
+        rate_per_s: commands a second per `/ops` connection.
+        query_rate_per_s: queries a second per `/ops` connection.
+        allow_origins: browser origins let in (e.g. `https://ops.example.com`).
+        object_sockets: caps, pace and tokens of `/objects/...` sockets.
+    """
+
     def __init__(self, runtime: Runtime, tokens: Tokens, host: str = "127.0.0.1",
                  port: int = 8765, *, ssl_context: ssl.SSLContext | None = None,
-                 tick_s: float = 0.25, rate_per_s: float = RATE_PER_S) -> None:
+                 tick_s: float = 0.25, rate_per_s: float = RATE_PER_S,
+                 query_rate_per_s: float = QUERY_RATE_PER_S,
+                 allow_origins: Iterable[str] = (),
+                 object_sockets: ObjectSocketLimits | None = None,
+                 insecure_no_tls: bool = False) -> None:
+        check_bind(host, ssl_context is not None, insecure_no_tls)
         self.rt = runtime
         self.tokens = tokens
         self.host, self.port = host, port
@@ -98,21 +119,43 @@ class OpsServer:
         self.ops = OpsService(runtime)
         self.feed = Feed(self.ops, tick_s)
         self.metrics = Metrics(runtime)
-        self._rate = rate_per_s
+        self.objects = ObjectSockets(runtime, object_sockets or ObjectSocketLimits())
+        self.allow_origins = tuple(allow_origins)
+        self._rate, self._query_rate = rate_per_s, query_rate_per_s
         self._server: Server | None = None
+        self._serving = self._stopped = False
         self.viewers = 0
 
-    async def start(self) -> None:
-        """Listen; returns once the port is bound (`self.port` is then the real one)."""
+    async def bind(self) -> None:
+        """Take the port without accepting connections yet: `alarmtop serve` binds
+        before it starts the runtime, so a port in use stops it before anything
+        (a second runtime on the same data, a token file) is started or created."""
+        if self._server is not None:
+            return
+        # No permessage-deflate: it would compress every delta once per viewer, on the
+        # runtime's event loop, each with its own compressor (and its memory).
         self._server = await serve(self._handle, self.host, self.port,
                                    process_request=self._process_request,
                                    max_size=MAX_FRAME_BYTES, ssl=self._ssl,
-                                   close_timeout=CLOSE_TIMEOUT_S, logger=log)
+                                   close_timeout=CLOSE_TIMEOUT_S, logger=log,
+                                   compression=None, start_serving=False)
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
-        self.feed.start()
+
+    async def start(self) -> None:
+        """Listen; returns once connections are accepted (`self.port` is the real one)."""
+        await self.bind()
+        assert self._server is not None
+        await self._server.start_serving()
+        if not self._serving:
+            self._serving = True
+            self.feed.start()
 
     async def stop(self) -> None:
+        """Close every connection and the port; a second call does nothing."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self.feed.stop()
         self.metrics.close()
         if self._server is not None:
@@ -149,51 +192,63 @@ class OpsServer:
     async def _handle(self, conn: ServerConnection) -> None:
         assert conn.request is not None
         path = conn.request.path.split("?", 1)[0]
-        if path == "/ops":
-            await self._ops(conn)
+        host, address = _address(conn)
+        # Refused before the route: a browser page from elsewhere reaches neither route.
+        refusal = check_origin(conn.request.headers.get("Origin"), self.allow_origins)
+        if refusal is not None:
+            await refuse(conn, refusal, f"socket on {path[:40]!r}", address)
+        elif path == "/ops":
+            await self._ops(conn, address)
         else:
-            await self._object_socket(conn, path[len("/objects/"):])
+            await self.objects.serve(conn, path[len("/objects/"):], host, address)
 
     # -- the ops channel ------------------------------------------------------------------
 
-    async def _hello(self, conn: ServerConnection) -> str | None:
+    async def _hello(self, conn: ServerConnection, address: str) -> str | None:
         try:
             async with asyncio.timeout(HELLO_TIMEOUT_S):
                 frame = await conn.recv()
         except TimeoutError:
-            await conn.close(CLOSE_POLICY, "send hello first")
+            await _close(conn, CLOSE_POLICY, "send hello first")
             return None
         except ConnectionClosed:
             return None  # left before saying hello: nothing to answer
         try:
             msg = decode(frame)
         except ProtocolError as exc:
-            await conn.send(encode(failure(None, exc.message)))
-            await conn.close(CLOSE_POLICY, "hello expected")
+            await self._no_hello(conn, address, exc.message, "hello expected")
             return None
         if not isinstance(msg, Hello):
-            await conn.send(encode(failure(None, 'the first message must be {"op": "hello", '
-                                                 '"token": "..."}')))
-            await conn.close(CLOSE_POLICY, "hello expected")
+            await self._no_hello(conn, address, 'the first message must be {"op": "hello", '
+                                 '"token": "..."}', "hello expected")
             return None
         role = self.tokens.role_of(msg.token)
         if role is None:
-            await conn.send(encode(failure(None, "invalid token")))
-            await conn.close(CLOSE_POLICY, "invalid token")
-            return None
+            await self._no_hello(conn, address, "invalid token", "invalid token")
         return role
 
-    async def _ops(self, conn: ServerConnection) -> None:
-        role = await self._hello(conn)
+    async def _no_hello(self, conn: ServerConnection, address: str, error: str,
+                        reason: str) -> None:
+        log.warning("ops client %s refused (%s): %.200s", address, reason, error)
+        with contextlib.suppress(ConnectionClosed):
+            await conn.send(encode(failure(None, error)))
+        await _close(conn, CLOSE_POLICY, reason)
+
+    async def _ops(self, conn: ServerConnection, address: str) -> None:
+        role = await self._hello(conn, address)
         if role is None:
             return
-        session = Session(role, _address(conn))
+        session = Session(role, address)
+
+        async def send(frame: Frame) -> None:
+            await conn.send(frame, text=True)  # bytes are UTF-8 JSON already
+
         try:
             await conn.send(encode(welcome(role)))
-            await conn.send(await self.feed.snapshot_frame())
+            await send(await self.feed.snapshot_frame())
         except ConnectionClosed:
             return  # left right after hello: normal, nothing to clean up
-        channel = ClientChannel(conn.send, self.feed.snapshot_frame)
+        channel = ClientChannel(send, self.feed.snapshot_frame)
         writer = asyncio.get_running_loop().create_task(channel.run())
         self.feed.clients.add(channel)
         self.viewers += 1
@@ -212,31 +267,52 @@ class OpsServer:
 
     async def _serve_commands(self, conn: ServerConnection, channel: ClientChannel,
                               session: Session) -> None:
-        limit = RateLimit(self._rate)
+        pace = _Pace(self._rate, self._query_rate)
         async for frame in conn:
-            if limit.allow():
-                channel.send_result(encode(await self._command(frame, session)))
-                continue
-            channel.send_result(encode(failure(_peek_id(frame), "rate limited: at most "
-                                               f"{self._rate:g} commands per second")))
-            if limit.rejected >= MAX_REJECTED:
+            channel.send_result(encode(await self._answer(frame, session, pace)))
+            if pace.rejected >= MAX_REJECTED:
                 await channel.flush()
                 # A flooding client's unread frames would hold a polite close for the
                 # whole close timeout: send the close frame, then cut the connection.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(0.2):
-                        await conn.close(CLOSE_POLICY, "too many requests")
+                        await _close(conn, CLOSE_POLICY, "too many requests")
+                log.warning("ops client %s closed: too many requests", session.address)
                 conn.transport.abort()
                 return
-            await asyncio.sleep(0)  # let the writer answer before reading on
+            if pace.rejected:
+                await asyncio.sleep(0)  # let the writer answer before reading on
 
-    async def _command(self, frame: str | bytes, session: Session) -> dict[str, Any]:
+    async def _answer(self, frame: str | bytes, session: Session, pace: _Pace
+                      ) -> dict[str, Any]:
+        """The answer to one frame; every frame that names a command is audited, here
+        (refused before it runs) or by `OpsService.run` (refused, failed or done)."""
         try:
-            msg = decode(frame)
+            msg: Hello | Command | ProtocolError = decode(frame)
         except ProtocolError as exc:
-            return failure(exc.id, exc.message)
-        if not isinstance(msg, Command):
+            msg = exc
+        is_query = isinstance(msg, Command) and msg.op in QUERY_OPS
+        if not pace.allow(is_query):
+            limit = self._query_rate if is_query else self._rate
+            error = (f"rate limited: at most {limit:g} {'queries' if is_query else 'commands'}"
+                     " per second")
+            await self._audit_refusal(session, msg, error)
+            return failure(msg.id if not isinstance(msg, Hello) else None, error)
+        if isinstance(msg, ProtocolError):
+            await self._audit_refusal(session, msg, msg.message)
+            return failure(msg.id, msg.message)
+        if isinstance(msg, Hello):
             return failure(None, "already said hello")
+        return await self._command(msg, session)
+
+    async def _audit_refusal(self, session: Session, msg: Hello | Command | ProtocolError,
+                             error: str) -> None:
+        try:
+            await self.ops.refused(session, msg, error)
+        except Exception:  # the database going away (a stop) must not end the connection
+            log.exception("could not audit a refused frame from %s", session.address)
+
+    async def _command(self, msg: Command, session: Session) -> dict[str, Any]:
         try:
             return result(msg.id, await self.ops.run(msg, session))
         except (AlarmtopError, ProtocolError, PermissionError, ValueError, LookupError) as exc:
@@ -245,58 +321,10 @@ class OpsServer:
             log.exception("command %s failed", msg.op)
             return failure(msg.id, f"internal error: {type(exc).__name__}: {exc}")
 
-    # -- object WebSockets ----------------------------------------------------------------
 
-    async def _object_socket(self, conn: ServerConnection, rest: str) -> None:
-        cls, _, name = rest.partition("/")
-        cls, name = unquote(cls), unquote(name)
-        registry = self.rt.sockets
-        try:
-            self.rt.get(cls, name)  # validates the class and the name
-        except AlarmtopError as exc:
-            await conn.close(CLOSE_POLICY, str(exc)[:120])
-            return
-        ws = registry.connect((cls, name), _SocketTransport(conn))
-        assert conn.request is not None
-        request = {"path": conn.request.path, "address": _address(conn),
-                   "headers": dict(conn.request.headers.raw_items())}
-        try:
-            await self.rt.socket_event(cls, name, "web_socket_connect", ws, request)
-        except Exception as exc:
-            registry.remove(ws.id)
-            await conn.close(1011, f"object refused the connection: {exc}"[:120])
-            return
-        if not registry.is_accepted(ws):
-            registry.remove(ws.id)
-            await conn.close(CLOSE_POLICY, "the object did not accept the connection")
-            return
-        code, reason, clean = 1000, "", True
-        try:
-            async for message in conn:
-                text = message if isinstance(message, str) else message.decode("utf-8", "replace")
-                auto = registry.auto_response((cls, name), text, ws.id, self.rt.clock.now_ms())
-                if auto is not None:
-                    await conn.send(auto)  # answered without waking the object
-                    continue
-                await self.rt.socket_event(cls, name, "web_socket_message", ws, text)
-        except ConnectionClosed as exc:
-            rcvd = exc.rcvd
-            code, reason, clean = (rcvd.code, rcvd.reason, True) if rcvd else (1006, "", False)
-        except Exception as exc:
-            with contextlib.suppress(Exception):
-                await self.rt.socket_event(cls, name, "web_socket_error", ws, str(exc))
-            code, reason, clean = 1011, str(exc), False
-        else:
-            code, reason = conn.close_code or 1005, conn.close_reason or ""
-        registry.remove(ws.id, code, reason)
-        if self.rt.running:
-            with contextlib.suppress(Exception):
-                await self.rt.socket_event(cls, name, "web_socket_close", ws, code, reason, clean)
+async def _close(conn: ServerConnection, code: int, reason: str) -> None:
+    with contextlib.suppress(ConnectionClosed):
+        await conn.close(code, close_reason(reason))
 
 
-def _peek_id(frame: str | bytes) -> int | None:
-    try:
-        msg = decode(frame)
-    except ProtocolError as exc:
-        return exc.id
-    return msg.id if isinstance(msg, Command) else None
+__all__ = ["MAX_REJECTED", "ObjectSocketLimits", "OpsServer", "Refusal"]

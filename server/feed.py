@@ -1,10 +1,16 @@
 """Snapshot, then deltas: one coalesced frame per tick, fanned out to every client.
 
 The feed drains the runtime's events once per tick and builds one delta (the
-rows that changed, fresh counts, the tail of the event log), encoded once and
-offered to every client. Each client has a bounded queue: a client that falls
-behind loses its queued deltas and gets a fresh snapshot instead, so a slow
-viewer is downsampled and never grows the server's memory.
+rows that changed, fresh counts, the tail of the event log), encoded once, to
+UTF-8 bytes, and offered to every client: every viewer shares that one query and
+that one frame. Each client has a bounded queue: a client that falls behind
+loses its queued deltas and gets a fresh snapshot instead, so a slow viewer is
+downsampled and never grows the server's memory.
+
+The feed shares the runtime's event loop, so what it does per viewer is kept to
+a copy into the socket, and the fan-out yields to the loop every `FANOUT_BATCH`
+viewers: a due alarm waits for at most one batch of writes, not for a hundred.
+Snapshots for clients that connect or resync within one tick share one build.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ MAX_ROWS_PER_DELTA = 200
 DELTA_ATTEMPTS = 2  # a delta carries the latest attempts; the `alarm` query has them all
 MAX_EVENTS_PER_DELTA = 100
 CLIENT_QUEUE = 32
+FANOUT_BATCH = 10  # viewers written to between two turns of the event loop
+
+Frame = str | bytes  # bytes: UTF-8 JSON already encoded, sent as a text frame
 
 
 def delta_row(status: Any) -> dict[str, Any]:
@@ -36,12 +45,12 @@ def delta_row(status: Any) -> dict[str, Any]:
 class ClientChannel:
     """One client's outgoing frames: results first and never dropped; deltas bounded."""
 
-    def __init__(self, send: Callable[[str], Awaitable[None]],
-                 snapshot: Callable[[], Awaitable[str]]) -> None:
+    def __init__(self, send: Callable[[Frame], Awaitable[None]],
+                 snapshot: Callable[[], Awaitable[Frame]]) -> None:
         self._send = send
         self._snapshot = snapshot
-        self._results: collections.deque[str] = collections.deque()
-        self._deltas: collections.deque[str] = collections.deque()
+        self._results: collections.deque[Frame] = collections.deque()
+        self._deltas: collections.deque[Frame] = collections.deque()
         self._wake = asyncio.Event()
         self._drained = asyncio.Event()  # set while no result waits to be sent
         self._drained.set()
@@ -49,7 +58,7 @@ class ClientChannel:
         self.dropped = 0
         self.sent = 0
 
-    def offer_delta(self, frame: str) -> None:
+    def offer_delta(self, frame: Frame) -> None:
         if len(self._deltas) >= CLIENT_QUEUE:
             # Behind: forget the queued deltas and send a fresh snapshot instead.
             self.dropped += len(self._deltas)
@@ -59,7 +68,7 @@ class ClientChannel:
             self._deltas.append(frame)
         self._wake.set()
 
-    def send_result(self, frame: str) -> None:
+    def send_result(self, frame: Frame) -> None:
         self._results.append(frame)
         self._drained.clear()
         self._wake.set()
@@ -75,6 +84,7 @@ class ClientChannel:
             await self._wake.wait()
             self._wake.clear()
             while self._results or self._deltas or self.resync:
+                frame: Frame
                 if self._results:
                     frame = self._results.popleft()
                 elif self.resync:
@@ -100,33 +110,52 @@ class Feed:
         self.seq = 0
         self.events_in = 0
         self.frames_out = 0
+        self._snapshot: tuple[int, float, asyncio.Task[bytes]] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="ops-feed")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._snapshot[2] if self._snapshot else None):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         self._sub.close()
 
-    async def snapshot_frame(self) -> str:
+    async def snapshot_frame(self) -> bytes:
+        """A snapshot, encoded; clients asking within one tick and one seq share it."""
+        now = time.monotonic()
+        cached = self._snapshot
+        if cached is None or cached[0] != self.seq or now - cached[1] > self.tick_s:
+            task = asyncio.get_running_loop().create_task(self._build_snapshot())
+            cached = self._snapshot = (self.seq, now, task)
+        # Shielded: one client leaving must not cancel the build the others wait for.
+        return await asyncio.shield(cached[2])
+
+    async def _build_snapshot(self) -> bytes:
         snap = await self.ops.snapshot()
         snap["seq"] = self.seq
-        return encode(snap)
+        return encode(snap).encode()
 
     async def _loop(self) -> None:
         while True:
             started = time.monotonic()
             events = self._sub.drain()
             if events and self.clients:
-                frame = encode(await self.build_delta(events))
-                self.frames_out += len(self.clients)
-                for client in list(self.clients):
-                    client.offer_delta(frame)
+                frame = encode(await self.build_delta(events)).encode()
+                await self.fan_out(frame)
             self.events_in += len(events)
             await asyncio.sleep(max(0.0, self.tick_s - (time.monotonic() - started)))
+
+    async def fan_out(self, frame: Frame) -> None:
+        """Offer one frame to every client, yielding to the loop between batches."""
+        clients = list(self.clients)
+        self.frames_out += len(clients)
+        for i, client in enumerate(clients, 1):
+            client.offer_delta(frame)
+            if i % FANOUT_BATCH == 0:
+                await asyncio.sleep(0)
 
     async def build_delta(self, events: list[Event]) -> dict[str, Any]:
         objects: dict[str, None] = {}

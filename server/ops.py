@@ -1,8 +1,15 @@
 """Commands and queries of the ops channel, applied to a runtime.
 
-Each operator command is written to the audit log (who, role, client address,
-when, what, why, and whether it worked) and announced as an `operator.*` event.
-Queries page and filter: a client never receives the whole world.
+Every frame that names a command (anything but a query) is one row of the audit
+log, with role, client address, time, command, target, reason and outcome
+(`ok`, `failed`, or `refused`: wrong role, bad input, unknown op, over the rate
+limit), and is announced as an `operator.*` event: what an operator did, tried
+or was stopped from doing. The execution commands are audited by the runtime
+itself when they run; everything refused before that is audited here. Text that
+came from the client is made safe to store first (valid Unicode, bounded), so
+no frame can skip its row. Queries are not audited: the console sends them on
+its own, many a second. Queries page and filter: a client never receives the
+whole world.
 """
 
 from __future__ import annotations
@@ -13,11 +20,15 @@ from typing import Any
 
 from alarmtop.core import AlarmStatus, Runtime
 from alarmtop.core.errors import AlarmtopError
-from alarmtop.server.wire import Command, ProtocolError, split_object
+from alarmtop.server.wire import OPS, Command, Hello, ProtocolError, split_object
 
 DEFAULT_PAGE = 50
 ALARM_STATES = ("pending", "running", "retrying", "dead")
 SNAPSHOT_ROWS = 50
+QUERY_OPS = frozenset(op for op, (operator, _) in OPS.items() if not operator)
+EXECUTION_OPS = ("retry_compensation", "resolve", "abort", "hand_to_human")
+TARGET_FIELDS = ("object", "target", "fault_id", "callback_id", "execution_id")
+MAX_AUDIT_TEXT = 500  # characters of client text kept in a row about a refused frame
 
 
 @dataclass(frozen=True)
@@ -48,24 +59,50 @@ class OpsService:
         }
 
     async def run(self, cmd: Command, session: Session) -> Any:
-        """Apply a command; raises `AlarmtopError`/`ProtocolError` with a clear message."""
-        if cmd.needs_operator and session.role != "operator":
-            raise PermissionError(f"{cmd.op} needs the operator role; this connection is "
-                                  f"a {session.role}")
-        if cmd.op in ("retry_compensation", "resolve", "abort", "hand_to_human"):
-            return await self._execution_action(cmd, session)
+        """Apply a command; raises `AlarmtopError`/`ProtocolError` with a clear message.
+        A command (not a query) is audited whatever happens."""
         if not cmd.needs_operator:
             return await self._handlers[cmd.op](cmd.args)
-        target, reason = _target(cmd), cmd.args.get("reason")
+        if session.role != "operator":
+            error = f"{cmd.op} needs the operator role; this connection is a {session.role}"
+            await self._record(session, cmd.op, cmd.args, "refused", error)
+            raise PermissionError(error)
+        if cmd.op in EXECUTION_OPS:
+            return await self._execution_action(cmd, session)  # the runtime audits these
         try:
             data = await self._handlers[cmd.op](cmd.args)
         except Exception as exc:
-            await self.rt.audit.record(session.address, cmd.op, target, reason, ok=False,
-                                       role=session.role, detail={"error": str(exc)})
+            await self._record(session, cmd.op, cmd.args, "failed", str(exc))
             raise
-        await self.rt.audit.record(session.address, cmd.op, target, reason, ok=True,
-                                   role=session.role, detail=_summary(data))
+        await self._record(session, cmd.op, cmd.args, "ok", None, _summary(data))
         return data
+
+    async def refused(self, session: Session, msg: Hello | Command | ProtocolError,
+                      error: str) -> None:
+        """Audit a frame refused before it ran (bad input, unknown op, over the rate
+        limit), unless it was a query, or named no op at all."""
+        if isinstance(msg, Hello):
+            return
+        op, fields = (msg.op, msg.args) if isinstance(msg, Command) else (msg.op, msg.fields)
+        if op is None or op in QUERY_OPS:
+            return
+        await self._record(session, op, fields, "refused", error)
+
+    async def _record(self, session: Session, op: str, fields: dict[str, Any], outcome: str,
+                     error: str | None, data: Any = None) -> None:
+        # An unknown op is stored under one action name: the op as sent (any text) goes
+        # in the detail, so that no client names event types or floods the action list.
+        action = op if op in OPS else "unknown_op"
+        detail: dict[str, Any] = {"outcome": outcome}
+        if action != op:
+            detail["op"] = safe_text(op)
+        if error is not None:
+            detail["error"] = safe_text(error)
+        if data is not None:
+            detail["result"] = data
+        await self.rt.audit.record(session.address, action, _target(fields),
+                                   safe_text(fields.get("reason")), ok=outcome == "ok",
+                                   role=session.role, detail=detail)
 
     # -- objects and alarms ---------------------------------------------------------------
 
@@ -191,10 +228,21 @@ class OpsService:
                 "faults": self.rt.faults.list()}
 
 
-def _target(cmd: Command) -> str | None:
-    for key in ("object", "target", "fault_id", "callback_id", "execution_id"):
-        if key in cmd.args:
-            return str(cmd.args[key])
+def safe_text(value: Any, limit: int = MAX_AUDIT_TEXT) -> str | None:
+    """Client text as the audit log may keep it: a string of valid Unicode (a lone
+    surrogate becomes "?"; a value that is not a string, its repr), at most `limit`
+    characters; None stays None."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _target(fields: dict[str, Any]) -> str | None:
+    for key in TARGET_FIELDS:
+        if key in fields:
+            return safe_text(fields[key])
     return None
 
 

@@ -1,20 +1,34 @@
-"""`alarmtop serve`: a runtime and its ops server in one process."""
+"""`alarmtop serve`: a runtime and its ops server in one process.
+
+The start is ordered so that a mistake costs nothing: the data dir and the TLS
+files are checked, the tokens read (a token file others can read is refused),
+the port bound, and only then is the runtime started, new tokens saved and
+printed once. A port in use therefore starts no second runtime on the same data
+and creates no token that nobody saw.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import importlib
 import inspect
+import os
 import signal
 import ssl
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from alarmtop.core import Runtime
 from alarmtop.server.app import OpsServer
-from alarmtop.server.auth import load_tokens
+from alarmtop.server.auth import Tokens, read_tokens, save_tokens
+
+
+class ServeError(Exception):
+    """A mistake in how the server was started; the message says how to fix it."""
 
 
 def load_factory(spec: str) -> Any:
@@ -42,45 +56,131 @@ async def build_runtime(factory: Any, data_dir: Path) -> Runtime:
 
 
 def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    """The server's TLS context, or None for plain ws://; `ServeError` if the files
+    cannot be used."""
     if cert is None:
+        if key is not None:
+            raise ServeError("--tls-key needs --tls-cert (the certificate it belongs to)")
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(cert, key)
+    try:
+        ctx.load_cert_chain(cert, key)
+    except FileNotFoundError as exc:
+        raise ServeError(f"TLS: {exc.filename or cert} does not exist") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise ServeError(f"TLS: cannot load {cert}{' and ' + str(key) if key else ''}: "
+                         f"{getattr(exc, 'reason', None) or exc} (PEM certificate and "
+                         "its private key expected)") from None
     return ctx
+
+
+def check_data_dir(path: Path) -> None:
+    """`ServeError` unless `path` is (or can be made) a folder this process may write."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        what = "is" if probe == path else f"is inside {probe}, which is"
+        raise ServeError(f"--data-dir {path} {what} a file, not a folder: give a folder "
+                         "path (it is created if missing)")
+    if not _writable(probe):
+        where = "" if probe == path else f" (its nearest existing parent {probe} is not)"
+        raise ServeError(f"--data-dir {path} is not writable{where}: give a folder you may "
+                         f"write to, or fix its permissions (ls -ld {probe})")
+
+
+def _writable(folder: Path) -> bool:
+    # Try, rather than ask os.access: the mode bits are not the whole story (a
+    # read-only mount, capabilities), and what the runtime will do is write.
+    try:
+        fd = os.open(folder / f".alarmtop-write-check-{os.getpid()}",
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return True
+    except OSError:
+        return False
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(folder / f".alarmtop-write-check-{os.getpid()}")
+    return True
+
+
+def bind_error(exc: OSError, host: str, port: int) -> ServeError:
+    """What a failed bind means, and what to do about it."""
+    where = f"{host}:{port}"
+    if exc.errno == errno.EADDRINUSE:
+        return ServeError(f"port {port} on {host} is in use (another alarmtop serve?): stop "
+                          "it, or give another --port")
+    if exc.errno == errno.EACCES:
+        return ServeError(f"not allowed to listen on {where} (ports below 1024 need "
+                          "privileges): give a --port above 1023")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ServeError(f"{host} is not an address of this machine: give one of its "
+                          "addresses to --host (default 127.0.0.1)")
+    return ServeError(f"cannot listen on {where}: {exc.strerror or exc}")
 
 
 async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                         tls: ssl.SSLContext | None = None, demo: bool = False,
-                        ready: asyncio.Event | None = None) -> None:
-    tokens, created = load_tokens(data_dir)
-    server = OpsServer(rt, tokens, host, port, ssl_context=tls)
+                        ready: asyncio.Event | None = None, *, insecure_no_tls: bool = False,
+                        allow_origins: Iterable[str] = ()) -> None:
+    """Serve until SIGINT or SIGTERM. Raises `ServeError` (or `TokenFileError`,
+    `ValueError`) with a message for the operator when it cannot start."""
+    tokens, new_roles = read_tokens(data_dir)
+    server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
+                       allow_origins=allow_origins)
+    try:
+        await server.bind()
+    except OSError as exc:
+        raise bind_error(exc, host, port) from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    async with rt:
-        await server.start()
-        print(f"alarmtop: serving {server.url} (metrics: http://{host}:{server.port}/metrics)",
+    try:
+        async with rt:
+            try:
+                await server.start()
+                _announce(server, host, tokens_saved(tokens, new_roles, data_dir))
+                await _until_stopped(rt, stop, demo, ready)
+            finally:
+                await server.stop()  # before the runtime stops: handlers call it
+    finally:
+        await server.stop()  # the port is bound even when the runtime did not start
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+def tokens_saved(tokens: Tokens, roles: list[str], data_dir: Path) -> list[tuple[str, str, Path]]:
+    """Save the new tokens; (role, token, path) for each, to print once."""
+    paths = save_tokens(tokens, roles, data_dir)
+    return [(role, getattr(tokens, role), path) for role, path in zip(roles, paths)]
+
+
+def _announce(server: OpsServer, host: str, new: list[tuple[str, str, Path]]) -> None:
+    print(f"alarmtop: serving {server.url} (metrics: http://{host}:{server.port}/metrics)",
+          file=sys.stderr, flush=True)
+    for role, token, path in new:
+        print(f"alarmtop: new {role} token (saved in {path}, shown once): {token}",
               file=sys.stderr, flush=True)
-        for role in created:
-            token = getattr(tokens, role)
-            print(f"alarmtop: new {role} token (saved in {data_dir / (role + '.token')}, "
-                  f"shown once): {token}", file=sys.stderr, flush=True)
-        driver = None
-        if demo:
-            from alarmtop.examples.demo import drive_demo
-            driver = asyncio.create_task(drive_demo(rt))
-        if ready is not None:
-            ready.set()
-        try:
-            await stop.wait()
-        finally:
-            if driver is not None:
-                driver.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await driver
-            await server.stop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.remove_signal_handler(sig)
+
+
+async def _until_stopped(rt: Runtime, stop: asyncio.Event, demo: bool,
+                         ready: asyncio.Event | None) -> None:
+    driver = None
+    if demo:
+        from alarmtop.examples.demo import drive_demo
+        driver = asyncio.create_task(drive_demo(rt))
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        if driver is not None:
+            driver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await driver

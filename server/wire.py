@@ -18,15 +18,24 @@ from typing import Any
 PROTOCOL = 1
 MAX_FRAME_BYTES = 1 << 20  # websockets closes the connection (1009) above this
 MAX_DEPTH = 16
+MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is 125 bytes, 2 are the code
 
 
 class ProtocolError(ValueError):
-    """A frame that cannot be accepted; `id` is the command id when one was readable."""
+    """A frame that cannot be accepted.
 
-    def __init__(self, message: str, id: int | None = None) -> None:
+    `id` is the command id when one was readable; `op` the op it named when that was
+    a string, and `fields` the frame's other fields when it was a JSON object: enough
+    for the audit log to say what was refused, though the frame was never a command.
+    """
+
+    def __init__(self, message: str, id: int | None = None, *, op: str | None = None,
+                 fields: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.id = id
+        self.op = op
+        self.fields = fields or {}
 
 
 @dataclass(frozen=True)
@@ -88,13 +97,36 @@ class Command:
         return self.op in OPERATOR_OPS
 
 
-def _depth(value: Any, level: int = 0) -> int:
+class _LoneSurrogate(Exception):
+    def __init__(self, char: str) -> None:
+        self.char = char
+
+
+def _check_text(text: str) -> None:
+    # JSON's \uD800 escapes decode to lone surrogates, which no UTF-8 encoder (SQLite's,
+    # the log's, a close frame's) accepts: found here, they never reach the runtime.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _LoneSurrogate(text[exc.start]) from None
+
+
+def _walk(value: Any, level: int = 0) -> int:
+    """The nesting depth of `value`; raises `_LoneSurrogate` for a string (key or
+    value) that is not valid Unicode."""
     if level > MAX_DEPTH:
         return level
-    if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    if isinstance(value, str):
+        _check_text(value)
+    elif isinstance(value, dict):
+        deepest = level + 1
+        for k, v in value.items():
+            _check_text(k)
+            deepest = max(deepest, _walk(v, level + 1))
+        return deepest
+    elif isinstance(value, list):
+        return max((_walk(v, level + 1) for v in value), default=level + 1)
     return level
 
 
@@ -132,41 +164,62 @@ def decode(text: str | bytes) -> Hello | Command:
         raise ProtocolError(f"not acceptable JSON: {exc}") from None
     if not isinstance(msg, dict):
         raise ProtocolError('a frame is a JSON object like {"op": "alarms", "id": 1}')
-    if _depth(msg) > MAX_DEPTH:
-        raise ProtocolError(f"frame nested deeper than {MAX_DEPTH} levels")
-    op = msg.get("op")
+    raw_id, op = msg.get("id"), msg.get("op")
+    cid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
+    if cid is not None and not 0 <= cid < 2**53:
+        cid = None
+    try:
+        depth = _walk(msg)
+    except _LoneSurrogate as exc:
+        raise _refusal(f"text holds a lone surrogate (U+{ord(exc.char):04X}); strings must "
+                       "be valid Unicode (escape a character outside the BMP as a "
+                       "surrogate pair)", cid, msg) from None
+    if depth > MAX_DEPTH:
+        raise _refusal(f"frame nested deeper than {MAX_DEPTH} levels", cid, msg)
     if op == "hello":
         token = msg.get("token")
         if not isinstance(token, str) or not token:
             raise ProtocolError('hello needs a "token" string')
         return Hello(token)
-    raw_id = msg.get("id")
-    cid = raw_id if isinstance(raw_id, int) and not isinstance(raw_id, bool) else None
     if not isinstance(op, str):
         raise ProtocolError('missing "op": one of ' + ", ".join(sorted(OPS)), cid)
     if op not in OPS:
-        raise ProtocolError(f"unknown op {op!r}; ops: {', '.join(sorted(OPS))}", cid)
-    if cid is None or not 0 <= cid < 2**53:
-        raise ProtocolError(f'{op} needs an integer "id" (0 to 2**53) to match its result')
+        raise _refusal(f"unknown op {op!r}; ops: {', '.join(sorted(OPS))}", cid, msg)
+    if cid is None:
+        raise _refusal(f'{op} needs an integer "id" (0 to 2**53) to match its result', None,
+                       msg)
+    return Command(op, cid, _fields(op, cid, msg))
+
+
+def _refusal(message: str, cid: int | None, msg: dict[str, Any]) -> ProtocolError:
+    op = msg.get("op")
+    if op == "hello":  # never keep a token, even a malformed one, for anyone to log
+        return ProtocolError(message, cid)
+    fields = {k: v for k, v in msg.items() if k not in ("op", "id")}
+    return ProtocolError(message, cid, op=op if isinstance(op, str) else None, fields=fields)
+
+
+def _fields(op: str, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
+    """The checked arguments of a command, or `ProtocolError` naming the field."""
     _, spec = OPS[op]
     args: dict[str, Any] = {}
     for name, f in spec.items():
         if name not in msg or msg[name] is None:
             if f.required:
-                raise ProtocolError(f"{op} needs {name!r} ({_type_name(f.type)})", cid)
+                raise _refusal(f"{op} needs {name!r} ({_type_name(f.type)})", cid, msg)
             continue
         if not _type_ok(msg[name], f.type):
-            raise ProtocolError(f"{op}: {name!r} must be a {_type_name(f.type)}, not "
-                                f"{type(msg[name]).__name__}", cid)
+            raise _refusal(f"{op}: {name!r} must be a {_type_name(f.type)}, not "
+                           f"{type(msg[name]).__name__}", cid, msg)
         args[name] = msg[name]
     unknown = set(msg) - set(spec) - {"op", "id"}
     if unknown:
-        raise ProtocolError(f"{op}: unknown field(s) {', '.join(sorted(unknown))}", cid)
+        raise _refusal(f"{op}: unknown field(s) {', '.join(sorted(unknown))}", cid, msg)
     for key in ("offset", "limit"):
         if key in args and not 0 <= args[key] <= (MAX_PAGE if key == "limit" else 10**9):
-            raise ProtocolError(f"{op}: {key} must be between 0 and "
-                                f"{MAX_PAGE if key == 'limit' else 10**9}", cid)
-    return Command(op, cid, args)
+            raise _refusal(f"{op}: {key} must be between 0 and "
+                           f"{MAX_PAGE if key == 'limit' else 10**9}", cid, msg)
+    return args
 
 
 def encode(message: dict[str, Any]) -> str:
@@ -185,6 +238,15 @@ def failure(cid: int | None, error: str) -> dict[str, Any]:
     if cid is None:
         return {"type": "error", "error": error}
     return {"type": "result", "id": cid, "ok": False, "error": error}
+
+
+def close_reason(text: str) -> str:
+    """`text` cut to fit a WebSocket close frame: at most 123 bytes of UTF-8, never
+    splitting a character; anything that is not valid Unicode becomes "?"."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= MAX_CLOSE_REASON_BYTES:
+        return data.decode("utf-8")
+    return data[:MAX_CLOSE_REASON_BYTES].decode("utf-8", "ignore")
 
 
 def split_object(ref: str) -> tuple[str, str]:

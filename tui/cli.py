@@ -1,9 +1,14 @@
 """The `alarmtop` command line.
 
-`alarmtop` opens the console on a server (`--url`, `--token`, `--read-only`);
-`alarmtop --demo` runs the embedded demo runtime and its server in this process
-and opens the console on it (`--events` prints the event stream instead);
-`alarmtop serve` runs a runtime and its server.
+`alarmtop` opens the console on a server (`--url`, `--token-file` or the token
+from the environment, `--read-only`); `alarmtop --demo` runs the embedded demo
+runtime and its server in this process and opens the console on it (`--events`
+prints the event stream instead); `alarmtop serve` runs a runtime and its server.
+
+A mistake (a URL that is not a WebSocket URL, a wrong token, nothing listening,
+TLS on one side only, a port in use, a data dir that is a file) is one or two
+lines saying what is wrong and how to fix it, and a non-zero exit: 2 for a bad
+command line, 1 for anything else. Never a traceback for those.
 """
 
 from __future__ import annotations
@@ -18,8 +23,26 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 from alarmtop.core import Event, configure_logging
+
+DEFAULT_URL = "ws://127.0.0.1:8765/ops"
+TOKEN_ARGV_WARNING = ("alarmtop: warning: --token puts the token on the command line, where "
+                      "every local user can read it (ps); use --token-file PATH or "
+                      "ALARMTOP_OPERATOR_TOKEN instead")
+
+
+class UsageError(Exception):
+    """A command line that cannot work; the message says how to fix it."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line instead of the whole usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def format_event(event: Event) -> str:
@@ -28,6 +51,61 @@ def format_event(event: Event) -> str:
     obj = data.pop("object", "")
     rest = " ".join(f"{k}={v}" for k, v in data.items())
     return f"{when[:-3]}  {event.type:<24} {obj:<28} {rest}".rstrip()
+
+
+def port_number(text: str) -> int:
+    """argparse type of --port: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), not {text}")
+    return port
+
+
+def check_url(url: str) -> str:
+    """The ops URL to connect to (`/ops` added when there is no path), or `UsageError`."""
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        ws = urlunsplit(parts._replace(scheme="ws" if parts.scheme == "http" else "wss"))
+        raise UsageError(f"--url {url}: the console speaks WebSocket, not HTTP: try {ws}")
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise UsageError(f"--url {url!r} is not a WebSocket URL: give ws://HOST:PORT/ops "
+                         f"(default {DEFAULT_URL})")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise UsageError(f"--url {url}: the port must be 1 to 65535")
+    if parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path="/ops"))
+    return url
+
+
+def console_token(token_file: Path | None, token: str | None) -> str:
+    """The token the console says hello with: --token-file, --token (with a warning),
+    then ALARMTOP_OPERATOR_TOKEN, then ALARMTOP_VIEWER_TOKEN; `UsageError` if none."""
+    from alarmtop.server.auth import TokenFileError, read_token_file
+
+    if token_file is not None and token is not None:
+        raise UsageError("give --token-file or --token, not both")
+    if token_file is not None:
+        try:
+            return read_token_file(token_file)
+        except TokenFileError as exc:
+            raise UsageError(str(exc)) from None
+    if token is not None:
+        print(TOKEN_ARGV_WARNING, file=sys.stderr)
+        return token
+    found = os.environ.get("ALARMTOP_OPERATOR_TOKEN") or os.environ.get(
+        "ALARMTOP_VIEWER_TOKEN")
+    if not found:
+        raise UsageError("no token: give --token-file PATH (`alarmtop serve` saves them under "
+                         "its data dir), or set ALARMTOP_OPERATOR_TOKEN or "
+                         "ALARMTOP_VIEWER_TOKEN; or try: alarmtop --demo")
+    return found
 
 
 async def _run_demo(data_dir: Path, duration: float | None) -> None:
@@ -50,15 +128,18 @@ async def _run_demo(data_dir: Path, duration: float | None) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="alarmtop", description="Watch and steer durable "
-                                "objects, alarms and sagas. `alarmtop serve --help` for the "
-                                "server.")
+    p = Parser(prog="alarmtop", description="Watch and steer durable objects, alarms and "
+               "sagas. `alarmtop serve --help` for the server.")
     p.add_argument("--demo", action="store_true",
                    help="run the embedded demo runtime and server in this process")
-    p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", "ws://127.0.0.1:8765/ops"),
-                   help="the server's ops channel (default ws://127.0.0.1:8765/ops)")
-    p.add_argument("--token", default=None, help="access token (default: "
-                   "ALARMTOP_OPERATOR_TOKEN, then ALARMTOP_VIEWER_TOKEN)")
+    p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", DEFAULT_URL),
+                   help=f"the server's ops channel (default {DEFAULT_URL})")
+    p.add_argument("--token-file", type=Path, default=None,
+                   help="file holding the access token (mode 0600), e.g. DATA_DIR/"
+                   "operator.token; default: ALARMTOP_OPERATOR_TOKEN, then "
+                   "ALARMTOP_VIEWER_TOKEN")
+    p.add_argument("--token", default=None, help="the access token itself (visible to "
+                   "every local user in ps: prefer --token-file or the environment)")
     p.add_argument("--read-only", action="store_true", help="hide and refuse every action")
     p.add_argument("--data-dir", type=Path, help="where the demo keeps its data "
                    "(default: a fresh temporary folder)")
@@ -94,42 +175,90 @@ async def _demo_console(data_dir: Path, read_only: bool) -> None:
             await server.stop()
 
 
-def _console(url: str, token: str | None, read_only: bool) -> int:
-    from alarmtop.tui.app import AlarmtopApp
+async def probe(url: str, token: str) -> str:
+    """Connect and say hello once, before the console takes the terminal: the role, or
+    `Disconnected` / `CommandError` saying why not."""
     from alarmtop.tui.client import WebSocketOpsClient
 
-    token = token or os.environ.get("ALARMTOP_OPERATOR_TOKEN") or os.environ.get(
-        "ALARMTOP_VIEWER_TOKEN")
-    if not token:
-        print("alarmtop: give --token (or set ALARMTOP_OPERATOR_TOKEN / ALARMTOP_VIEWER_TOKEN; "
-              "`alarmtop serve` prints and saves them), or try: alarmtop --demo",
-              file=sys.stderr)
-        return 2
+    client = WebSocketOpsClient(url, token)
+    try:
+        await client.connect()
+        return client.role or "?"
+    finally:
+        await client.close()
+
+
+def _console(url: str, token_file: Path | None, token: str | None, read_only: bool) -> int:
+    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.client import CommandError, Disconnected, WebSocketOpsClient
+
+    try:
+        url = check_url(url)
+        token = console_token(token_file, token)
+    except UsageError as exc:
+        return _fail(exc, 2)
+    try:
+        asyncio.run(probe(url, token))
+    except CommandError as exc:
+        return _fail(f"{url} refused the token ({exc}): check --token-file or "
+                     "ALARMTOP_*_TOKEN; `alarmtop serve` printed its tokens when it made them "
+                     "and keeps them under its data dir", 1)
+    except Disconnected as exc:
+        return _fail(f"cannot connect to {url}: {exc.reason}", 1)
     target = url.split("://", 1)[-1].split("/", 1)[0]
-    AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only).run()
-    return 0
+    app = AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only)
+    app.run()
+    # The feed stops for good only when the server refuses the token (say, rotated).
+    return 1 if app.state.status.startswith("refused") else 0
+
+
+def _fail(message: object, code: int, prog: str = "alarmtop") -> int:
+    print(f"{prog}: {message}", file=sys.stderr)
+    return code
 
 
 def build_serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="alarmtop serve", description="Run a runtime and its ops "
-                                "server (WebSocket /ops, object sockets, /metrics).")
+    p = Parser(prog="alarmtop serve", description="Run a runtime and its ops server "
+               "(WebSocket /ops, object sockets, /metrics).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--app", help="MODULE:FACTORY; FACTORY(data_dir) returns a Runtime")
     src.add_argument("--demo", action="store_true", help="serve the embedded demo")
     p.add_argument("--data-dir", type=Path, default=Path("./data"))
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
+                   "another one needs --tls-cert or --insecure-no-tls)")
+    p.add_argument("--port", type=port_number, default=8765)
     p.add_argument("--tls-cert", type=Path, help="certificate (PEM) to serve wss://")
     p.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
+    p.add_argument("--insecure-no-tls", action="store_true", help="serve a non-loopback "
+                   "--host without TLS (only behind something that encrypts, e.g. a VPN)")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                   help="a browser origin let in to the WebSocket routes, e.g. "
+                   "https://ops.example.com (repeatable; none by default)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
     return p
 
 
 def serve_main(argv: list[str]) -> int:
-    from alarmtop.server.serve import build_runtime, load_factory, serve_forever, tls_context
+    from alarmtop.core.errors import AlarmtopError
+    from alarmtop.server.guard import check_bind
+    from alarmtop.server.serve import (
+        ServeError,
+        build_runtime,
+        check_data_dir,
+        load_factory,
+        serve_forever,
+        tls_context,
+    )
 
     args = build_serve_parser().parse_args(argv)
     configure_logging(json_lines=args.log_json)
+    prog = "alarmtop serve"
+    try:
+        check_bind(args.host, args.tls_cert is not None, args.insecure_no_tls)
+        check_data_dir(args.data_dir)
+        tls = tls_context(args.tls_cert, args.tls_key)
+    except (ValueError, ServeError) as exc:
+        return _fail(exc, 2, prog)
     if args.demo:
         from alarmtop.examples.demo import build_demo_runtime
         factory = build_demo_runtime
@@ -138,11 +267,18 @@ def serve_main(argv: list[str]) -> int:
 
     async def run() -> None:
         rt = await build_runtime(factory, args.data_dir)
-        await serve_forever(rt, args.data_dir, args.host, args.port,
-                            tls_context(args.tls_cert, args.tls_key), demo=args.demo)
+        await serve_forever(rt, args.data_dir, args.host, args.port, tls, demo=args.demo,
+                            insecure_no_tls=args.insecure_no_tls,
+                            allow_origins=args.allow_origin)
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(run())
+    except (ServeError, AlarmtopError, ValueError) as exc:  # TokenFileError is a ValueError
+        return _fail(exc, 1, prog)
+    except OSError as exc:  # the data dir, say, changed under us
+        return _fail(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
+                     1, prog)
     return 0
 
 
@@ -152,7 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.demo:
-        return _console(args.url, args.token, args.read_only)
+        return _console(args.url, args.token_file, args.token, args.read_only)
+    if args.data_dir is not None:
+        from alarmtop.server.serve import ServeError, check_data_dir
+        try:
+            check_data_dir(args.data_dir)
+        except ServeError as exc:
+            return _fail(exc, 2)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="alarmtop-demo-"))
     if args.events:
         configure_logging(json_lines=args.log_json)

@@ -3,19 +3,34 @@
 The console depends only on the protocol (tests may hand it another one); the
 WebSocket client speaks `/ops`: hello, then frames (welcome, snapshot, delta)
 delivered in order, and requests matched to their results by id.
+
+When it cannot connect it says why in words an operator can act on (nothing
+listening, TLS on one side only, a wrong path, a certificate not trusted):
+`Disconnected.reason`, and `WebSocketOpsClient.last_error` until the next
+connection works, for the console's header to show while it retries.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import json
+import socket
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import (
+    ConnectionClosed,
+    InvalidHandshake,
+    InvalidMessage,
+    InvalidStatus,
+    InvalidURI,
+)
 
 
 class CommandError(Exception):
@@ -23,7 +38,53 @@ class CommandError(Exception):
 
 
 class Disconnected(Exception):
-    """The connection to the server went away."""
+    """The connection to the server went away, or could not be made.
+
+    `reason` says why, short enough for a header ("connection refused: nothing
+    listens on 127.0.0.1:8765 ...")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def describe_failure(exc: BaseException, url: str) -> str:
+    """Why connecting to `url` failed, and what to try."""
+    parts = urlsplit(url)
+    where = parts.netloc or url
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return (f"TLS: {where}'s certificate is not trusted ({exc.verify_message}); "
+                "trust its CA (SSL_CERT_FILE=ca.pem), or check the host name")
+    if isinstance(exc, ssl.SSLError) or (
+            parts.scheme == "wss" and isinstance(exc, (ConnectionResetError, EOFError))):
+        # A plain server reads the TLS hello as a bad HTTP request and hangs up.
+        why = getattr(exc, "reason", None) or "the connection was reset"
+        return (f"TLS handshake with {where} failed ({why}): the server may not speak "
+                "TLS; try ws:// instead of wss://")
+    if isinstance(exc, InvalidStatus):
+        code = exc.response.status_code
+        if code == 404:
+            return (f"wrong path: {where} has no {parts.path or '/'} (the ops channel is "
+                    "/ops)")
+        return f"{where} answered HTTP {code} instead of opening a WebSocket"
+    if isinstance(exc, InvalidMessage) and parts.scheme == "ws":
+        return (f"{where} did not answer as a WebSocket server: if it speaks TLS, use "
+                "wss:// instead of ws://")
+    if isinstance(exc, (InvalidURI, InvalidHandshake)):
+        return f"no WebSocket at {url}: {exc}"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve {parts.hostname}: check the host name in the URL"
+    if isinstance(exc, TimeoutError):
+        return f"no answer from {where} in time: is it reachable, and is it alarmtop?"
+    if isinstance(exc, ConnectionRefusedError) or (
+            isinstance(exc, OSError) and exc.errno == errno.ECONNREFUSED):
+        return (f"connection refused: nothing listens on {where} (is `alarmtop serve` "
+                "running there?)")
+    if isinstance(exc, ConnectionClosed):
+        return f"{where} closed the connection during hello"
+    if isinstance(exc, OSError):
+        return f"cannot reach {where}: {exc.strerror or exc}"
+    return f"cannot reach {where}: {exc}"
 
 
 class OpsClient(Protocol):
@@ -44,6 +105,7 @@ class WebSocketOpsClient:
         self.token = token
         self.timeout_s = timeout_s
         self.role: str | None = None
+        self.last_error: str | None = None  # why the last attempt failed, until one works
         self._ws: ClientConnection | None = None
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[Any]] = {}
@@ -57,12 +119,15 @@ class WebSocketOpsClient:
             self._ws = await connect(self.url, open_timeout=self.timeout_s, max_size=None)
             await self._ws.send(json.dumps({"op": "hello", "token": self.token}))
             first = json.loads(await asyncio.wait_for(self._ws.recv(), self.timeout_s))
-        except (OSError, ConnectionClosed, TimeoutError) as exc:
-            raise Disconnected(f"cannot reach {self.url}: {exc}") from None
+        except (OSError, ConnectionClosed, TimeoutError, InvalidHandshake, InvalidURI) as exc:
+            self.last_error = describe_failure(exc, self.url)
+            await self.close()
+            raise Disconnected(self.last_error) from None
         if first.get("type") != "welcome":
             await self.close()
+            self.last_error = f"refused: {first.get('error') or 'unexpected first frame'}"
             raise CommandError(first.get("error") or f"unexpected first frame {first}")
-        self.role = first["role"]
+        self.role, self.last_error = first["role"], None
         self._frames = asyncio.Queue()
         self._frames.put_nowait(first)
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -78,8 +143,10 @@ class WebSocketOpsClient:
                         fut.set_result(msg)
                 else:
                     self._frames.put_nowait(msg)
-        except ConnectionClosed:
-            pass
+        except ConnectionClosed as exc:
+            rcvd = exc.rcvd
+            self.last_error = ("the server closed the connection" + (
+                f" ({rcvd.code} {rcvd.reason})".rstrip() if rcvd else ""))
         finally:
             for fut in self._pending.values():
                 if not fut.done():
@@ -91,7 +158,7 @@ class WebSocketOpsClient:
         while True:
             frame = await self._frames.get()
             if frame is None:
-                raise Disconnected("the server closed the connection")
+                raise Disconnected(self.last_error or "the server closed the connection")
             yield frame
 
     async def request(self, op: str, **args: Any) -> Any:
@@ -117,5 +184,6 @@ class WebSocketOpsClient:
                 await self._reader
             self._reader = None
         if self._ws is not None:
-            await self._ws.close()
-            self._ws = None
+            ws, self._ws = self._ws, None
+            with contextlib.suppress(OSError):
+                await ws.close()

@@ -101,6 +101,14 @@ class DurableObject:
 
     Subclasses define async methods (called through stubs), and optionally
     `alarm(self, info)`. `__init__(ctx, env)` runs on every wake, before any event.
+
+    WebSockets are opt-in: the server's `/objects/<Class>/<name>` route takes
+    connections only for a class that defines
+    `async def web_socket_connect(self, ws, request)` (and calls
+    `self.ctx.accept_web_socket(ws)` there to keep one). This base class defines
+    none, so that registering a class opens no route by accident. A class may also
+    set `web_socket_token_env = "NAME"`: its sockets then need the token held in
+    the environment variable NAME (see the README's ops server section).
     """
 
     def __init__(self, ctx: ObjectContext, env: Any) -> None:
@@ -111,11 +119,6 @@ class DurableObject:
         raise NotImplementedError(
             f"{type(self).__name__} set an alarm but defines no "
             "'async def alarm(self, info)' handler")
-
-    async def web_socket_connect(self, ws: HibernatableWebSocket,
-                                 request: dict[str, Any]) -> None:
-        """A client connected to this object's route; the default accepts it untagged."""
-        self.ctx.accept_web_socket(ws)
 
     async def web_socket_message(self, ws: HibernatableWebSocket, message: str) -> None:
         """A message from an accepted connection (wakes a hibernated object)."""

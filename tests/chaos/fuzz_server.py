@@ -4,16 +4,20 @@ Run as ``python -m tests.chaos.fuzz_server DATA_DIR ALARMS``: starts a runtime o
 the wall clock with ALARMS far-off alarms (so snapshots and pages are not tiny)
 and one object re-arming every 100 ms (so deltas keep flowing), an `OpsServer`
 on 127.0.0.1 port 0, prints ``PORT <n>`` and serves until its stdin closes. The
-test measures this process's memory from outside (/proc/<pid>/status).
+test measures this process's memory from outside (/proc/<pid>/status), and reads
+its log (stderr) for tracebacks. `Echo` takes object sockets and closes one with
+whatever reason it is sent (``close <reason>``), to fuzz close reasons.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 from pathlib import Path
 
-from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock
+from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock, configure_logging
+from alarmtop.core.sockets import HibernatableWebSocket
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 
@@ -31,9 +35,24 @@ class Target(DurableObject):
             await self.ctx.storage.set_alarm(self.ctx.now_ms() + 100)
 
 
+class Echo(DurableObject):
+    async def web_socket_connect(self, ws: HibernatableWebSocket, request: dict[str, object]
+                                 ) -> None:
+        self.ctx.accept_web_socket(ws)
+        await ws.send("hi")
+
+    async def web_socket_message(self, ws: HibernatableWebSocket, message: str) -> None:
+        if message.startswith("close "):
+            await ws.close(4000, message[len("close "):])
+        else:
+            await ws.send(message)
+
+
 async def main(data: Path, alarms: int) -> None:
+    configure_logging(level=logging.WARNING)  # refusals and errors, not every connection
     rt = Runtime(data, clock=SystemClock())
     rt.register(Target)
+    rt.register(Echo)
     await rt.start()
     await asyncio.gather(*(rt.get(Target, f"t{i}").arm(FAR_MS + i) for i in range(alarms)))
     await rt.get(Target, "ticker").arm(100)

@@ -1,11 +1,13 @@
 """Hostile input against a real ops server (`fuzz_server.py`, its own process).
 
 Hypothesis-generated and mutated frames, wrong types, huge numbers, deep
-nesting, invalid UTF-8, unknown ops, oversized frames and floods from one
-client. Each frame that is a message gets exactly one answer (a result or an
-error; never an "internal error"), the connection stays usable unless the
-protocol says it must close, a fresh client always still gets welcome and
-snapshot, and the server's resident memory (read from /proc) stays bounded.
+nesting, invalid UTF-8, lone surrogates in every string field, unknown ops,
+oversized frames, over-long close reasons and floods from one client. Each
+frame that is a message gets exactly one answer (a result or an error; never an
+"internal error"), the connection stays usable unless the protocol says it must
+close, every close frame the server sends is valid (at most 123 bytes of UTF-8),
+a fresh client always still gets welcome and snapshot, the server's log holds no
+traceback, and its resident memory (read from /proc) stays bounded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +29,9 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from alarmtop.server.app import MAX_REJECTED
+from alarmtop.core.errors import InvalidObjectName
+from alarmtop.core.runtime import check_object_name
+from alarmtop.server.app import MAX_REJECTED, QUERY_BURST
 from alarmtop.server.wire import MAX_DEPTH, MAX_FRAME_BYTES, OPS
 from tests.chaos.fuzz_server import OPERATOR, VIEWER
 
@@ -41,6 +46,7 @@ FUZZ = settings(max_examples=120, deadline=None,
 class Server:
     proc: subprocess.Popen[str]
     port: int
+    log: Path
 
     @property
     def url(self) -> str:
@@ -56,16 +62,20 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("fuzz") / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.chaos.fuzz_server", str(data),
-                             str(ALARMS)], cwd=ROOT, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    tmp = tmp_path_factory.mktemp("fuzz")
+    data, log = tmp / "data", tmp / "server.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.chaos.fuzz_server", str(data),
+                                 str(ALARMS)], cwd=ROOT, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # the server prints its port once it listens
         assert line.startswith("PORT "), f"the fuzz server did not start: {line!r}"
-        yield Server(proc, int(line.split()[1]))
+        yield Server(proc, int(line.split()[1]), log)
         assert proc.poll() is None, "the server died during the fuzzing"
+        text = log.read_text()
+        assert "Traceback" not in text, text[-4000:]
     finally:
         if proc.stdin is not None:
             proc.stdin.close()
@@ -342,9 +352,11 @@ def test_garbage_instead_of_hello_is_refused(server: Server) -> None:
 
 # -- floods ----------------------------------------------------------------------------------
 
-async def flood(ws: ClientConnection, n: int = 1000) -> None:
+async def flood(ws: ClientConnection, n: int = 1000, query: bool = False) -> None:
     for i in range(n):  # as fast as the socket takes them
-        await ws.send(json.dumps({"op": "alarms", "id": i, "limit": 50}))
+        frame = ({"op": "alarms", "id": i, "limit": 50} if query
+                 else {"op": "clear_fault", "id": i, "fault_id": "no-such-fault"})
+        await ws.send(json.dumps(frame))
 
 
 async def read_until_closed(ws: ClientConnection, within_s: float) -> tuple[int, int, int]:
@@ -356,10 +368,10 @@ async def read_until_closed(ws: ClientConnection, within_s: float) -> tuple[int,
                 reply = json.loads(await ws.recv())
                 if reply.get("type") != "result":
                     continue
-                if reply.get("ok"):
-                    ok += 1
-                elif "rate limited" in reply.get("error", ""):
+                if "rate limited" in reply.get("error", ""):
                     limited += 1
+                else:
+                    ok += 1  # answered (a command on no fault fails, but it ran)
     except ConnectionClosed as exc:
         return ok, limited, exc.rcvd.code if exc.rcvd is not None else -1
     except TimeoutError:
@@ -404,6 +416,24 @@ def test_flooder_is_told_it_is_rate_limited_before_the_close(server: Server) -> 
 
     ok, limited, code = asyncio.run(run())
     assert code == 1008 and limited >= MAX_REJECTED - 1, (ok, limited, code)
+
+
+def test_a_query_flood_is_throttled_past_the_consoles_pace(server: Server) -> None:
+    """Queries have a budget ten times a console's pace: a flood of 4,000 gets through
+    its burst (1,000) and a little more, then "rate limited", then a 1008 close."""
+    async def run() -> tuple[int, int, int]:
+        flooder = await open_session(server)
+        try:
+            reading = asyncio.ensure_future(read_until_closed(flooder, 20))
+            await flood(flooder, 4000, query=True)
+            return await reading
+        finally:
+            assert flooder.transport is not None
+            flooder.transport.abort()
+
+    ok, limited, code = asyncio.run(run())
+    assert code == 1008 and limited >= MAX_REJECTED - 1, (ok, limited, code)
+    assert QUERY_BURST - 1 <= ok < 4000 - MAX_REJECTED, (ok, limited, code)
 
 
 def test_connection_storm_does_not_take_the_server_down(server: Server) -> None:
@@ -476,3 +506,177 @@ def test_server_memory_stays_bounded(server: Server) -> None:
     # Warm-up may allocate once; repeating the same abuse must not keep growing.
     assert first - before < 60, (before, first)
     assert last - first < 10, (before, first, last)
+
+
+# -- lone surrogates in every string field ---------------------------------------------------
+
+lone_surrogates = st.integers(0xD800, 0xDFFF).map(chr)
+surrogate_text = st.builds(lambda a, s, b: a + s + b, st.text(max_size=12), lone_surrogates,
+                           st.text(max_size=12))
+GOOD_VALUES: dict[str, Any] = {"object": "Target/t1", "target": "Target/t1",
+                               "kind": "alarm_raise", "note": "n", "execution_id": "e1",
+                               "callback_id": "cb1.xx", "fault_id": "f1"}
+STRING_FIELDS = sorted({(op, name) for op, (_, spec) in OPS.items()
+                        for name, f in spec.items() if f.type in (str, object)}
+                       | {(op, "op") for op in OPS} | {(op, "<key>") for op in OPS})
+
+
+def valid_frame(op: str, cid: int) -> dict[str, Any]:
+    _, spec = OPS[op]
+    return {"op": op, "id": cid, **{name: GOOD_VALUES.get(name, "x")
+                                    for name, f in spec.items() if f.required}}
+
+
+def with_surrogate(op: str, name: str, text: str, cid: int) -> dict[str, Any]:
+    frame = valid_frame(op, cid)
+    if name == "op":
+        frame["op"] = op + text
+    elif name == "<key>":
+        frame[text] = 1
+    elif OPS[op][1][name].type is object:
+        frame[name] = {"nested": [text]}
+    else:
+        frame[name] = text
+    return frame
+
+
+@FUZZ
+@given(pick=st.sampled_from(STRING_FIELDS), text=surrogate_text)
+def test_a_lone_surrogate_anywhere_is_refused_with_a_clear_error(
+        server: Server, pick: tuple[str, str], text: str) -> None:
+    """In every string field of every op (and in the op itself, and in a key): one answer,
+    by id, refusing the lone surrogate; the connection stays usable."""
+    op, name = pick
+    frame = json.dumps(with_surrogate(op, name, text, 77))  # escaped: "\\udxxx"
+
+    async def run() -> None:
+        ws = await open_session(server)
+        try:
+            await ws.send(frame)
+            reply = await answer(ws)
+            assert reply.get("id") == 77 and reply.get("ok") is False, reply
+            assert "lone surrogate" in reply["error"], reply
+            await still_usable(ws)
+        finally:
+            await ws.close()
+
+    asyncio.run(run())
+
+
+@FUZZ
+@given(token=surrogate_text)
+def test_a_hello_token_with_a_lone_surrogate_is_refused(server: Server, token: str) -> None:
+    async def run() -> None:
+        ws = await connect(server.url, open_timeout=WAIT_S)
+        await ws.send(json.dumps({"op": "hello", "token": token}))
+        reply = json.loads(await asyncio.wait_for(ws.recv(), WAIT_S))
+        assert reply["type"] == "error" and "lone surrogate" in reply["error"], reply
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), WAIT_S)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+
+    asyncio.run(run())
+
+
+# -- close reasons ---------------------------------------------------------------------------
+
+def check_close(exc: ConnectionClosed) -> tuple[int, str]:
+    """The server's close frame was valid: (code, reason) of at most 123 bytes."""
+    assert exc.rcvd is not None, "no close frame from the server"
+    assert len(exc.rcvd.reason.encode("utf-8")) <= 123
+    return exc.rcvd.code, exc.rcvd.reason
+
+
+async def closed_by_server(ws: ClientConnection) -> ConnectionClosed:
+    with pytest.raises(ConnectionClosed) as info:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                await ws.recv()
+    return info.value
+
+
+@FUZZ
+@given(reason=st.text(min_size=1, max_size=400))
+def test_an_object_closing_with_any_reason_sends_a_valid_close(server: Server,
+                                                               reason: str) -> None:
+    """The object's reason (any length, any characters) is cut to 123 bytes of whole
+    characters: the client gets a valid close frame with a prefix of it."""
+    async def run() -> None:
+        ws = await connect(f"ws://127.0.0.1:{server.port}/objects/Echo/e1",
+                           open_timeout=WAIT_S)
+        assert await asyncio.wait_for(ws.recv(), WAIT_S) == "hi"
+        await ws.send("close " + reason)
+        code, got = check_close(await closed_by_server(ws))
+        assert code == 4000 and reason.startswith(got)
+        assert len(reason.encode()) <= 123 or len(got.encode()) > 123 - 4
+
+    asyncio.run(run())
+
+
+route_segment = st.text(max_size=300) | surrogate_text
+
+
+@FUZZ
+@given(cls=route_segment, name=route_segment)
+def test_any_object_route_is_closed_with_a_valid_reason(server: Server, cls: str,
+                                                        name: str) -> None:
+    """Whatever the route's class and name (long, multi-byte, percent-encoded surrogates),
+    the server closes with a valid frame (1008 for a class that takes no sockets or a bad
+    name; Echo itself may accept), and keeps serving."""
+    quoted = [quote(part.encode("utf-8", "surrogatepass"), safe="") for part in (cls, name)]
+    if unquote(quoted[0]) == "Echo" and name_is_valid(unquote(quoted[1])):
+        return  # an admitted socket stays open: that case is tested elsewhere
+
+    async def run() -> None:
+        ws = await connect(f"ws://127.0.0.1:{server.port}/objects/{quoted[0]}/{quoted[1]}",
+                           open_timeout=WAIT_S)
+        code, _ = check_close(await closed_by_server(ws))
+        assert code == 1008
+        await fresh_client_served(server)
+
+    asyncio.run(run())
+
+
+def name_is_valid(name: str) -> bool:
+    try:
+        check_object_name(name)
+    except InvalidObjectName:
+        return False
+    return True
+
+
+def masked_close_frame(payload: bytes) -> bytes:
+    """A client close frame carrying `payload` as is, even when the protocol forbids it
+    (control frames hold at most 125 bytes): what a hostile client can write."""
+    mask = bytes([0x11, 0x22, 0x33, 0x44])
+    head = bytes([0x88])
+    n = len(payload)
+    head += bytes([0x80 | n]) if n < 126 else bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+@pytest.mark.parametrize(("name", "payload"), [
+    ("reason_200_bytes", (1000).to_bytes(2, "big") + b"x" * 198),
+    ("reason_invalid_utf8", (1000).to_bytes(2, "big") + b"\xff\xfe"),
+    ("reason_surrogate_utf8", (1000).to_bytes(2, "big") + "\ud800".encode("utf-8",
+                                                                        "surrogatepass")),
+    ("reason_123_bytes_multibyte", (1000).to_bytes(2, "big") + ("€" * 41).encode()),
+    ("bad_code", (999).to_bytes(2, "big") + b"x"),
+    ("one_byte", b"\x03"),
+])
+def test_hostile_close_frames_from_a_client(server: Server, name: str, payload: bytes) -> None:
+    """Close frames no real client sends (over-long, invalid UTF-8, bad codes): the server
+    ends that connection with a valid close of its own, or closes in kind, and serves on."""
+    async def run() -> None:
+        ws = await open_session(server)
+        assert ws.transport is not None
+        ws.transport.write(masked_close_frame(payload))
+        try:
+            exc = await closed_by_server(ws)
+            if exc.rcvd is not None:
+                check_close(exc)
+        finally:
+            ws.transport.abort()
+        await fresh_client_served(server)
+
+    asyncio.run(run())

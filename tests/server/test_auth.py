@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from alarmtop.server.auth import Tokens, load_tokens
+from alarmtop.server.auth import (
+    TokenFileError,
+    Tokens,
+    load_tokens,
+    read_token_file,
+    read_tokens,
+    save_tokens,
+)
 
 
 def mode(path: Path) -> int:
@@ -104,3 +111,57 @@ def test_role_of() -> None:
     assert tokens.role_of("view-secret") == "viewer"
     for wrong in ("", "op", "op-secret ", "OP-SECRET", "view-secret\n", "op-sécret", "x" * 4096):
         assert tokens.role_of(wrong) is None, wrong
+
+
+def test_read_tokens_writes_nothing_until_saved(tmp_path: Path) -> None:
+    """New tokens live in memory until `save_tokens`: a start that fails after reading
+    them (a port in use, say) leaves no file that nobody was shown."""
+    data = tmp_path / "data"
+    tokens, new = read_tokens(data, env={})
+    assert new == ["operator", "viewer"] and not data.exists()
+    paths = save_tokens(tokens, new, data)
+    assert paths == [data / "operator.token", data / "viewer.token"]
+    for role, path in zip(new, paths):
+        assert path.read_text().strip() == getattr(tokens, role) and mode(path) == 0o600
+    assert read_tokens(data, env={}) == (tokens, [])
+
+
+@pytest.mark.parametrize("bits", [0o640, 0o604, 0o644, 0o666])
+def test_a_token_file_others_can_read_is_refused_with_the_fix(tmp_path: Path,
+                                                              bits: int) -> None:
+    """A saved token readable by group or others is a leaked password: refused, naming
+    the command that fixes it; after `chmod 600` it is used."""
+    path = tmp_path / "operator.token"
+    path.write_text("op-secret\n")
+    path.chmod(bits)
+    with pytest.raises(TokenFileError) as info:
+        read_tokens(tmp_path, env={})
+    assert f"chmod 600 {path}" in str(info.value) and f"{bits:04o}" in str(info.value)
+    path.chmod(0o600)
+    tokens, new = read_tokens(tmp_path, env={})
+    assert tokens.operator == "op-secret" and new == ["viewer"]
+
+
+def test_read_token_file_errors(tmp_path: Path) -> None:
+    """The console's --token-file: missing, empty, a folder, or too open: each a clear
+    error; a private file with the token (and a newline) gives the token."""
+    with pytest.raises(TokenFileError, match="does not exist"):
+        read_token_file(tmp_path / "nope")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    with pytest.raises(TokenFileError, match="is empty"):
+        read_token_file(empty)
+    with pytest.raises(TokenFileError, match="not a file"):
+        read_token_file(tmp_path)
+    good = tmp_path / "good"
+    good.write_text("abc\n")
+    good.chmod(0o600)
+    assert read_token_file(good) == "abc"
+    good.chmod(0o644)
+    with pytest.raises(TokenFileError, match="chmod 600"):
+        read_token_file(good)
+
+
+def test_role_of_a_lone_surrogate_is_none_not_an_exception() -> None:
+    assert Tokens("op", "view").role_of("\ud800") is None

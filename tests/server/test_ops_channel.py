@@ -187,8 +187,8 @@ async def test_viewer_cannot_run_operator_commands(make_runtime: RuntimeFactory,
                                                    clock: VirtualClock, serve: ServerFactory,
                                                    client: ClientFactory) -> None:
     """Every operator command from a viewer fails, saying it needs the operator role;
-    nothing changes (dead letter still dead, no fault, nothing audited) and the viewer
-    stays connected and can still query."""
+    nothing changes (dead letter still dead, no fault) but each refusal is one audit row
+    (role viewer, outcome refused), and the viewer stays connected and can still query."""
     rt = await runtime_with_dead_letter(make_runtime, clock)
     server = await serve(rt)
     v = await client(server.url, VIEWER)
@@ -199,7 +199,10 @@ async def test_viewer_cannot_run_operator_commands(make_runtime: RuntimeFactory,
     await clock.advance(5)
     assert [d.object for d in await rt.dead_letters()] == ["Always/a1"]
     assert rt.faults.list() == []
-    assert await rt.audit.list() == []
+    rows = await rt.audit.list()
+    assert sorted(r["action"] for r in rows) == sorted(op for op, _ in OPERATOR_COMMANDS)
+    assert all(r["role"] == "viewer" and r["ok"] is False
+               and r["detail"]["outcome"] == "refused" for r in rows)
     page = await v.ok("alarms")
     assert page["total"] == 1 and page["rows"][0]["state"] == "dead"
 
@@ -349,7 +352,8 @@ async def test_bad_frames_get_clear_errors_and_the_connection_stays_usable(
         client: ClientFactory) -> None:
     """Malformed JSON, an unknown op, a missing field, a wrong type, an unknown field,
     invalid UTF-8: each answered with a clear error (matched by id when it had one), none
-    changes anything, and a normal request afterwards works."""
+    changes anything, and a normal request afterwards works. Each frame that named a
+    command is one audit row, refused; frames with no readable op are not."""
     rt = await runtime_with_dead_letter(make_runtime, clock)
     server = await serve(rt)
     op = await client(server.url, OPERATOR)
@@ -387,7 +391,11 @@ async def test_bad_frames_get_clear_errors_and_the_connection_stays_usable(
     assert err["type"] == "error" and "JSON object" in err["error"]
 
     assert len(await rt.dead_letters()) == 1
-    assert await rt.audit.list() == []
+    rows = (await rt.audit.list())[::-1]
+    assert [r["action"] for r in rows] == ["unknown_op", "rearm", "rearm", "rearm", "rearm"]
+    assert rows[0]["detail"]["op"] == "rearm_everything"
+    assert all(not r["ok"] and r["detail"]["outcome"] == "refused" and r["role"] == "operator"
+               for r in rows)
     assert (await op.ok("alarms"))["total"] == 1
 
 
@@ -471,26 +479,27 @@ async def test_a_frame_just_under_the_limit_is_accepted(
 async def test_flood_is_rate_limited_then_closed_1008(
         make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
         client: ClientFactory) -> None:
-    """A client past its burst gets "rate limited" results (by id); after MAX_REJECTED in a
-    row it is closed with 1008. Another client on the same server is unaffected."""
+    """A client past its burst of commands gets "rate limited" results (by id); after
+    MAX_REJECTED in a row it is closed with 1008. Another client on the same server is
+    unaffected."""
     rt = await runtime_with_dead_letter(make_runtime, clock)
     server = await serve(rt, rate_per_s=1.0)
     other = await client(server.url, VIEWER)
-    flood = await client(server.url, VIEWER)
+    flood = await client(server.url, OPERATOR)
     allowed = limited = 0
     closed: Any = None
     for i in range(int(RATE_BURST) + 4 * MAX_REJECTED):  # room for a token refilled meanwhile
         try:
-            await flood.send({"op": "faults", "id": i})
+            await flood.send({"op": "clear_fault", "id": i, "fault_id": "no-such-fault"})
             res = await flood.wait_for(answer_to(i))
         except Exception as err:  # closed by the server
             closed = err
             break
-        if res["ok"]:
-            allowed += 1
-        else:
-            assert "rate limited" in res["error"]
+        assert res["ok"] is False
+        if "rate limited" in res["error"]:
             limited += 1
+        else:
+            allowed += 1
     assert allowed >= RATE_BURST - 1
     assert limited >= MAX_REJECTED - 2
     assert closed is not None, "the flooding client was never closed"
@@ -508,7 +517,7 @@ async def test_burst_flood_gets_rate_limited_answers_and_a_prompt_close(
     server = await serve(await make_runtime(Quiet), rate_per_s=1.0)
     flood = await client(server.url, VIEWER)
     for i in range(300):
-        await flood.send({"op": "faults", "id": i})
+        await flood.send({"op": "clear_fault", "id": i, "fault_id": "f"})
     exc: Any = None
     try:
         with contextlib.suppress(TimeoutError):

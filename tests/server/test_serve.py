@@ -10,6 +10,7 @@ import gc
 import re
 import shutil
 import signal
+import socket
 import ssl
 import stat
 import subprocess
@@ -23,7 +24,15 @@ from websockets.asyncio.client import connect
 
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.examples.demo import build_demo_runtime
-from alarmtop.server.serve import build_runtime, load_factory, serve_forever, tls_context
+from alarmtop.server.auth import TokenFileError
+from alarmtop.server.serve import (
+    ServeError,
+    build_runtime,
+    check_data_dir,
+    load_factory,
+    serve_forever,
+    tls_context,
+)
 from alarmtop.tui.cli import build_serve_parser
 from tests.server.conftest import WAIT_S, Client, Quiet
 
@@ -300,3 +309,129 @@ def test_token_line_pattern() -> None:
     line = "alarmtop: new viewer token (saved in /d/viewer.token, shown once): abc-DEF_1\n"
     m = NEW_TOKEN.search(line)
     assert m and m.groups() == ("viewer", "/d/viewer.token", "abc-DEF_1")
+
+
+# -- a start that cannot work creates nothing -----------------------------------------------
+
+
+def listening_socket() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+async def test_port_in_use_starts_nothing_and_the_next_start_prints_the_tokens(
+        start: Starter, tmp_path: Path, clock: VirtualClock,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The port is bound before the runtime starts and before tokens are saved: a port
+    in use is a ServeError saying so, with the runtime never started, no data dir, no
+    token file, nothing printed. The next start that works creates the tokens and
+    prints them, once, after the "serving" line."""
+    data = tmp_path / "data"
+    rt = quiet_runtime(data, clock)
+    with listening_socket() as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(ServeError) as info:
+            await serve_forever(rt, data, "127.0.0.1", port)
+    assert f"port {port} on 127.0.0.1 is in use" in str(info.value)
+    assert "--port" in str(info.value)
+    assert not rt.running and not data.exists()
+    assert "token" not in capsys.readouterr().err
+
+    running = await start(quiet_runtime(data, clock), data)
+    printed = running.printed_tokens()
+    assert set(printed) == {"operator", "viewer"}
+    assert running.stderr.index("serving") < running.stderr.index("new operator token")
+    for role, (path, token) in printed.items():
+        saved = data / f"{role}.token"
+        assert str(saved) == path and saved.read_text().strip() == token
+
+
+async def test_a_second_server_on_the_same_port_never_starts_its_runtime(
+        start: Starter, tmp_path: Path, clock: VirtualClock) -> None:
+    """`alarmtop serve` twice on one data dir and port: the second fails on the port
+    before its runtime starts, so two runtimes never fire the same alarms; the first
+    keeps serving."""
+    data = tmp_path / "data"
+    first = await start(quiet_runtime(data, clock), data)
+    second = quiet_runtime(data, clock)
+    with pytest.raises(ServeError, match="in use"):
+        await serve_forever(second, data, "127.0.0.1", first.port)
+    assert not second.running
+    c, welcome = await hello(first.url, first.printed_tokens()["viewer"][1])
+    assert welcome["role"] == "viewer"
+    await c.ws.close()
+
+
+async def test_a_token_file_others_can_read_stops_the_start(tmp_path: Path,
+                                                            clock: VirtualClock) -> None:
+    """A saved token with mode 0644 is refused before anything starts, naming the fix."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "operator.token").write_text("op-secret\n")
+    (data / "operator.token").chmod(0o644)
+    rt = quiet_runtime(data, clock)
+    with pytest.raises(TokenFileError, match=f"chmod 600 {data / 'operator.token'}"):
+        await serve_forever(rt, data, "127.0.0.1", 0)
+    assert not rt.running and not (data / "viewer.token").exists()
+
+
+async def test_non_loopback_host_without_tls_needs_to_be_told(
+        tmp_path: Path, clock: VirtualClock, capsys: pytest.CaptureFixture[str]) -> None:
+    """0.0.0.0 without TLS is refused; with insecure_no_tls it serves."""
+    data = tmp_path / "data"
+    rt = quiet_runtime(data, clock)
+    with pytest.raises(ValueError, match="--insecure-no-tls"):
+        await serve_forever(rt, data, "0.0.0.0", 0)
+    assert not rt.running and not data.exists()
+    ready = asyncio.Event()
+    task = asyncio.create_task(serve_forever(rt, data, "0.0.0.0", 0, ready=ready,
+                                             insecure_no_tls=True))
+    try:
+        await asyncio.wait_for(ready.wait(), WAIT_S)
+        assert "serving ws://0.0.0.0:" in capsys.readouterr().err
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_allowed_origins_reach_the_server(start: Starter, tmp_path: Path,
+                                                clock: VirtualClock) -> None:
+    """--allow-origin is passed through: that origin gets in, another is closed 1008."""
+    data = tmp_path / "data"
+    running = await start(quiet_runtime(data, clock), data,
+                          allow_origins=["https://ops.example.com"])
+    token = running.printed_tokens()["viewer"][1]
+    c, _ = await hello(running.url, token, origin="https://ops.example.com")
+    await c.ws.close()
+    ws = await connect(running.url, open_timeout=WAIT_S, origin="https://evil.example")
+    exc = await Client(ws).closed()
+    assert exc.rcvd is not None and exc.rcvd.code == 1008
+
+
+def test_check_data_dir(tmp_path: Path) -> None:
+    """A file, or a path under a file, is refused; a missing folder under a writable one
+    is fine (it is created later); an existing folder is fine."""
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    for bad in (afile, afile / "sub"):
+        with pytest.raises(ServeError, match="a file, not a folder"):
+            check_data_dir(bad)
+    check_data_dir(tmp_path / "new" / "deeper")
+    check_data_dir(tmp_path)
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # the probe left nothing
+
+
+def test_tls_context_errors(tmp_path: Path) -> None:
+    """A key without a certificate, a missing file, a file that is not PEM: ServeError."""
+    with pytest.raises(ServeError, match="--tls-key needs --tls-cert"):
+        tls_context(None, tmp_path / "key.pem")
+    with pytest.raises(ServeError, match="does not exist"):
+        tls_context(tmp_path / "nope.pem", None)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    with pytest.raises(ServeError, match="cannot load"):
+        tls_context(junk, None)

@@ -17,6 +17,7 @@ from alarmtop.server.wire import (
     Command,
     Hello,
     ProtocolError,
+    close_reason,
     decode,
     encode,
     failure,
@@ -329,3 +330,64 @@ def test_split_object_refuses_half_references(ref: str) -> None:
     with pytest.raises(ProtocolError) as info:
         split_object(ref)
     assert "Class/name" in info.value.message
+
+
+# -- text that is not valid Unicode ---------------------------------------------------------
+
+SURROGATE_FRAMES = [
+    ('{"op": "alarm", "id": 1, "object": "A/\\ud800"}', 1, "alarm"),
+    ('{"op": "rearm", "id": 2, "object": "A/b", "reason": "x\\udfffy"}', 2, "rearm"),
+    ('{"op": "send_callback", "id": 3, "callback_id": "c", "payload": {"k": ["\\ud83d"]}}',
+     3, "send_callback"),
+    ('{"op": "inject_fault", "id": 4, "target": "A/b", "kind": "alarm_raise", '
+     '"\\udc00": 1}', 4, "inject_fault"),
+    ('{"op": "no_such_op\\ud800", "id": 5}', 5, "no_such_op\ud800"),
+]
+
+
+@pytest.mark.parametrize(("text", "cid", "op"), SURROGATE_FRAMES)
+def test_lone_surrogates_are_refused_anywhere(text: str, cid: int, op: str) -> None:
+    """A lone surrogate (JSON lets "\\ud800" through; no UTF-8 encoder takes it) in any
+    string, value or key, at any depth, is refused with the id and op kept (so the refusal
+    is answered and audited) and a message naming the code point."""
+    err = reject(text)
+    assert "lone surrogate" in err.message and "U+D" in err.message
+    assert err.id == cid and err.op == op
+
+
+def test_a_surrogate_pair_is_one_character_and_accepted() -> None:
+    """An escaped pair is a valid character outside the BMP: accepted."""
+    cmd = decode('{"op": "alarm", "id": 1, "object": "A/\\ud83d\\ude00"}')
+    assert isinstance(cmd, Command) and cmd.args["object"] == "A/\U0001F600"
+
+
+def test_hello_with_a_lone_surrogate_is_a_protocol_error_that_keeps_nothing() -> None:
+    """A token holding a lone surrogate is refused by the decoder (never compared, never
+    logged); the error carries no field of the frame."""
+    err = reject('{"op": "hello", "token": "\\ud800secret"}')
+    assert "lone surrogate" in err.message and err.fields == {} and err.op is None
+
+
+def test_refusals_keep_the_frame_fields_for_the_audit_log() -> None:
+    """A bad command's fields (but not op and id) travel with the error."""
+    err = reject(frame("abort", 9, execution_id=5, reason="why"))
+    assert err.op == "abort" and err.id == 9
+    assert err.fields == {"execution_id": 5, "reason": "why"}
+
+
+# -- close reasons --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["", "short", "x" * 123, "x" * 124, "é" * 100, "€" * 50,
+                                  "\U0001F600" * 40, "a\ud800b" * 60, "ab" + "€" * 60])
+def test_close_reason_fits_a_close_frame(text: str) -> None:
+    """At most 123 bytes of UTF-8, never a split character, always encodable; text that
+    fits is kept as it is."""
+    reason = close_reason(text)
+    data = reason.encode("utf-8")  # raises if a surrogate were left
+    assert len(data) <= 123
+    if len(text.encode("utf-8", "replace")) <= 123:
+        assert reason == text.encode("utf-8", "replace").decode()
+    else:
+        assert len(data) > 123 - 4  # cut at the last whole character, not earlier
+        assert text.encode("utf-8", "replace").startswith(data)
