@@ -14,6 +14,7 @@ socket is closed (1008).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -179,7 +180,13 @@ class ObjectSockets:
                 if not limit.allow():
                     refusal = Refusal(CLOSE_POLICY,
                                       f"more than {self.limits.rate_per_s:g} messages a second")
-                    await refuse(conn, refusal, what, address)
+                    # A flooding client's unread frames fill the receive queue, and a
+                    # full queue stops reading: its answer to a polite close would never
+                    # be read. Send the close frame, then cut the connection.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.2):
+                            await refuse(conn, refusal, what, address)
+                    conn.transport.abort()
                     return refusal.code, refusal.reason, True
                 text = message if isinstance(message, str) else message.decode("utf-8",
                                                                                "replace")
