@@ -18,27 +18,34 @@ log = logging.getLogger("alarmtop.runtime")
 Send = Callable[[], Awaitable[None]]
 
 
-class Outbox:
-    __slots__ = ("_emit", "closed", "events", "sends")
+Emit = Callable[[str, dict[str, Any]], None]
 
-    def __init__(self, emit: Callable[[str, dict[str, Any]], None]) -> None:
-        self._emit = emit
+
+class Outbox:
+    __slots__ = ("closed", "events", "sends")
+
+    def __init__(self) -> None:
         self.sends: list[Send] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.closed = False
 
-    async def release(self) -> None:
-        """The commit landed: send and announce what the event produced."""
+    def announce(self, emit: Emit) -> None:
+        """The commit landed: announce the event's bus events (it sent nothing)."""
         self.closed = True
-        for type_, data in self.events:
-            self._emit(type_, data)
+        if self.events:
+            for type_, data in self.events:
+                emit(type_, data)
+            self.events.clear()
+
+    async def release(self, emit: Emit) -> None:
+        """The commit landed: announce and send what the event produced."""
+        self.announce(emit)
         for send in self.sends:
             try:
                 await send()
             except Exception:  # one broken client must not keep the rest from theirs
                 log.exception("a socket send after an event's commit failed")
         self.sends.clear()
-        self.events.clear()
 
     def drop(self) -> None:
         """The event kept nothing: neither does the outside learn of it."""

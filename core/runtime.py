@@ -268,10 +268,10 @@ class Runtime:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
-        out = await self.host.run_event((class_name, name), body)
-        if out.error is not None:
-            raise out.error  # its writes are kept: the event committed
-        return json_copy(out.value, f"the result of {class_name}.{method}")
+        value, error, _ = await self.host.run_event((class_name, name), body)
+        if error is not None:
+            raise error  # its writes are kept: the event committed
+        return json_copy(value, f"the result of {class_name}.{method}")
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
@@ -282,9 +282,9 @@ class Runtime:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args)
 
-        out = await self.host.run_event((class_name, check_object_name(name)), body)
-        if out.error is not None:
-            raise out.error
+        _, error, _ = await self.host.run_event((class_name, check_object_name(name)), body)
+        if error is not None:
+            raise error
 
     # -- alarms ---------------------------------------------------------------------------
 

@@ -11,9 +11,8 @@ attempt: retried, counted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import traceback
-from collections.abc import Iterator
+from collections.abc import Awaitable
 from typing import Any
 
 from alarmtop.core.alarms import intent as I
@@ -24,8 +23,8 @@ from alarmtop.core.clock import Clock, Deadlines, Limit
 from alarmtop.core.errors import AlarmHandlerTimeout, StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
 from alarmtop.core.objects.base import AlarmInfo, DurableObject
-from alarmtop.core.objects.host import Body, EventKind, ObjectHost, Resident
-from alarmtop.core.objects.storage_api import EventEnd, Storage
+from alarmtop.core.objects.host import EventKind, ObjectHost
+from alarmtop.core.objects.storage_api import EventEnd, Plan, Storage
 
 
 def describe_error(exc: BaseException) -> str:
@@ -33,10 +32,6 @@ def describe_error(exc: BaseException) -> str:
     where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     at = f" (at {where[0].name}:{where[0].lineno})" if where else ""
     return f"{type(exc).__name__}: {exc}{at}"[:2000]
-
-
-async def _alarm(instance: DurableObject) -> Any:
-    raise AssertionError("an attempt runs the handler through AlarmAttempt.run")
 
 
 class AlarmDispatcher:
@@ -64,20 +59,35 @@ class AlarmDispatcher:
         try:
             if not sched.still_current(rec):
                 return  # overwritten or deleted while waiting for the object
+            now = self._clock.now_ms()
+            if rec.in_file or rec.hint_ms is not None or not rec.attempt_due or \
+                    (rec.next_attempt_ms or 0) > now:
+                # Its intent may say otherwise than the record: read it and reconcile.
+                # (An object without a database and without a hint is its own row:
+                # nothing to compare, and the attempt is due.)
+                checked = await attempt.reconciled(host.storage_of(r), now)
+                if checked is None:
+                    await host.close_if_idle(r)
+                    return
+                rec = attempt.rec = checked
+            # In flight from before its row says 'running': the sweeper never takes it
+            # for an attempt whose end was lost.
+            sched.attempt_started(rec.key)
+            attempt.registered = True
+            started = attempt.started = attempt.row = await sched.commit(
+                rec.key, P.start_attempt(rec, now))
+            assert started is not None
             try:
-                out = await host.run_in_turn(r, _alarm, attempt)
+                _, _, index_failed = await host.run_in_turn(r, attempt.call, attempt)
             except asyncio.CancelledError:
                 raise  # the runtime is stopping: the row stays 'running', like a crash
             except Exception as exc:
-                if attempt.started is None:
-                    raise  # the start could not be recorded: the scheduler tries again
                 # Nothing of the attempt was kept, its end included: as after a crash.
-                sched.repair_later(attempt.started, f"the attempt's commit failed: {exc}")
+                sched.repair_later(started, f"the attempt's commit failed: {exc}")
                 return
-            if out.committed is not None and out.committed.index_failed is not None \
-                    and attempt.started is not None:
-                sched.repair_later(attempt.started, "the end of the attempt could not be "
-                                   f"recorded: {out.committed.index_failed}")
+            if index_failed is not None:
+                sched.repair_later(started, "the end of the attempt could not be recorded: "
+                                   f"{index_failed}")
         finally:
             if attempt.registered:
                 sched.attempt_ended(rec.key)
@@ -106,7 +116,7 @@ class AlarmAttempt(EventKind):
     """One firing of a record, as the kind of an object event."""
 
     alarm = True
-    __slots__ = ("_d", "_limit", "_task", "rec", "registered", "started")
+    __slots__ = ("_d", "_error", "_limit", "_task", "rec", "registered", "row", "started")
 
     def __init__(self, dispatcher: AlarmDispatcher, rec: AlarmRecord,
                  task: asyncio.Task[Any]) -> None:
@@ -114,12 +124,15 @@ class AlarmAttempt(EventKind):
         self._task = task
         self.rec = rec
         self.started: AlarmRecord | None = None
+        self.row: AlarmRecord | None = None  # the index row during the attempt: `started`
         self.registered = False
         self._limit: Limit | None = None
+        self._error: str | None = None
 
-    async def before(self, r: Resident, storage: Storage) -> bool:
-        d, rec = self._d, self.rec
-        sched, now = d._sched, d._clock.now_ms()
+    async def reconciled(self, storage: Storage, now: int) -> AlarmRecord | None:
+        """The record to run after comparing it with the object's intent; None when
+        no handler runs (the record was corrected, or put back)."""
+        d, rec, sched = self._d, self.rec, self._d._sched
         try:
             intent = await d.intent_of(rec, storage)
         except StorageError:
@@ -128,67 +141,55 @@ class AlarmAttempt(EventKind):
             # names the file (rather than being retried unseen forever).
             intent = I.intent_of_row(rec)
         if not sched.still_current(rec):
-            return False  # changed while the intent was read
+            return None  # changed while the intent was read
         verdict, fixed = I.reconcile(rec, intent, now)
         if verdict is I.Verdict.WAIT:
             sched.put_back(rec)
-            return False
+            return None
         if verdict is I.Verdict.FIX:
             await sched.commit(rec.key, fixed)
-            return False
+            return None
         if fixed is not None and fixed.record is not None:
-            rec = self.rec = fixed.record
-        # In flight from before its row says 'running': the sweeper never takes it for
-        # an attempt whose end was lost.
-        sched.attempt_started(rec.key, None)
-        self.registered = True
-        self.started = await sched.commit(rec.key, P.start_attempt(rec, now))
-        sched.attempt_started(rec.key, self.started)
-        return True
+            return fixed.record
+        return rec
 
-    @contextlib.contextmanager
-    def limit(self) -> Iterator[None]:
+    def limit(self) -> Limit:
         lim = self._limit = self._d._deadlines.limit(self._task)
-        with lim:
-            yield
+        return lim
 
-    async def run(self, body: Body, instance: DurableObject) -> Any:
-        d, started = self._d, self.started
+    def call(self, instance: DurableObject) -> Awaitable[Any]:
+        """The event's body: the handler (a plain call: no coroutine of our own around
+        it, on the path of every firing)."""
+        started = self.started
         assert started is not None
-        if d._faults.pending:
-            await d._run_faults(started)
+        if self._d._faults.pending:
+            return self._with_faults(instance, started)
+        return instance.alarm(AlarmInfo(started.retry_count, started.scheduled_ms))
+
+    async def _with_faults(self, instance: DurableObject, started: AlarmRecord) -> Any:
+        await self._d._run_faults(started)
         return await instance.alarm(AlarmInfo(started.retry_count, started.scheduled_ms))
 
     def end(self, error: BaseException | None) -> EventEnd:
+        """The attempt is its own end of event: it knows its record and, now, its error."""
         assert self.started is not None
-        text = None
         if error is not None:
             if isinstance(error, TimeoutError) and self._limit is not None \
                     and self._limit.expired:
                 error = AlarmHandlerTimeout(*self.started.key, self._d._timeout_s)
-            text = describe_error(error)
-        return AttemptEnd(self._d, self.started, text)
-
-
-class AttemptEnd:
-    """The attempt's end in the index: succeeded, or failed (a retry, a dead letter),
-    carrying the intent the handler committed (a new alarm, or none)."""
-
-    __slots__ = ("_d", "_error", "_started")
-
-    def __init__(self, dispatcher: AlarmDispatcher, started: AlarmRecord,
-                 error: str | None) -> None:
-        self._d = dispatcher
-        self._started = started
-        self._error = error
+            self._error = describe_error(error)
+        return self
 
     def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
-             in_file: bool) -> I.CommitPlan:
+             in_file: bool) -> Plan:
         # Nothing goes first: the 'running' row makes a death here an attempt to retry.
-        return I.CommitPlan(None, self._end(change, in_file))
+        return (None, self._end(change, in_file))
 
     def _end(self, change: I.Intent | None, in_file: bool) -> P.Transition:
-        d, started = self._d, self._started
+        """The attempt's end in the index: succeeded, or failed (a retry, a dead letter),
+        carrying the intent the handler committed (a new alarm, or none)."""
+        d, started = self._d, self.started
+        assert started is not None
         now = d._clock.now_ms()
         new_at = change.at_ms if change is not None else None
         gen = change.gen if change is not None else None

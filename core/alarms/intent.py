@@ -20,7 +20,6 @@ all made for the intent's generation) fires.
 from __future__ import annotations
 
 import enum
-from dataclasses import replace
 from typing import NamedTuple
 
 from alarmtop.core.alarms import policy as P
@@ -76,6 +75,10 @@ class Reconciled(NamedTuple):
     fixed: P.Transition | None = None
 
 
+_RUN = Reconciled(Verdict.RUN, None)
+_WAIT = Reconciled(Verdict.WAIT, None)
+
+
 def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
     """Whether a due record may run its handler, given the object's intent on disk.
 
@@ -112,8 +115,8 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
         return Reconciled(Verdict.FIX, P.Transition(unhinted, (P.ann(
             "alarm.reconciled", rec, action="hint dropped", gen=rec.hint_gen),)))
     if rec.state is AlarmState.DEAD or (rec.next_attempt_ms or 0) > now_ms:
-        return Reconciled(Verdict.WAIT)
-    return Reconciled(Verdict.RUN, None)
+        return _WAIT
+    return _RUN
 
 
 def recover(rec: AlarmRecord, intent: Intent, now_ms: int, error: str, policy: RetryPolicy,
@@ -136,7 +139,7 @@ def recover(rec: AlarmRecord, intent: Intent, now_ms: int, error: str, policy: R
                     gen=intent.gen, keep=keep)
         if tr.record is not None and tr.record.state is AlarmState.RETRYING:
             # The commit landed, so the handler's own wish is known: the retry runs then.
-            return P.Transition(replace(tr.record, next_attempt_ms=intent.at_ms), tr.events)
+            return P.Transition(tr.record._replace(next_attempt_ms=intent.at_ms), tr.events)
         return tr
     return P.fail(rec, now_ms, error, policy, crashed=True, keep=keep)
 

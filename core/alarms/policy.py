@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 
@@ -84,8 +84,7 @@ KEEP_FIRST = 3  # attempts kept from the start of a ladder, beside the last `kee
 DEFAULT_KEEP = 20
 
 
-@dataclass(frozen=True)
-class AlarmRecord:
+class AlarmRecord(NamedTuple):
     """Everything the runtime knows about one object's alarm (a row of the alarm index).
 
     `gen` is the generation of the object's alarm intent this record was made from
@@ -97,6 +96,9 @@ class AlarmRecord:
     says the object's intent may live in the object's own database (else it is this
     row). `attempts` keeps the first few and the last `keep` failures;
     `attempt_count` counts them all.
+
+    A named tuple rather than a frozen dataclass: several are made at every firing,
+    and a tuple of 14 fields is built in a fifth of the time.
     """
 
     object_class: str
@@ -106,7 +108,7 @@ class AlarmRecord:
     retry_count: int = 0
     next_attempt_ms: int | None = None
     last_error: str | None = None
-    attempts: tuple[Attempt, ...] = field(default_factory=tuple)
+    attempts: tuple[Attempt, ...] = ()
     started_ms: int | None = None  # start of the attempt in progress
     gen: int = 0
     hint_ms: int | None = None
@@ -170,7 +172,7 @@ def hint(rec: AlarmRecord, at_ms: int, gen: int, in_file: bool) -> Transition:
     The record itself (its retry count, its dead letter) is left alone until the
     object's commit has landed; only then does `set_alarm` replace it."""
     early = at_ms if rec.hint_ms is None or at_ms < rec.hint_ms else rec.hint_ms
-    return Transition(replace(rec, hint_ms=early, hint_gen=max(gen, rec.hint_gen),
+    return Transition(rec._replace(hint_ms=early, hint_gen=max(gen, rec.hint_gen),
                               in_file=rec.in_file or in_file))
 
 
@@ -250,20 +252,20 @@ def fail(
     count = max(rec.attempt_count, len(rec.attempts)) + 1
     retry = rec.retry_count + 1
     scheduled = new_alarm_ms if new_alarm_ms is not None else rec.scheduled_ms
-    base = replace(rec, attempts=attempts, last_error=error, started_ms=None,
+    base = rec._replace(attempts=attempts, last_error=error, started_ms=None,
                    scheduled_ms=scheduled, attempt_count=count,
                    gen=rec.gen if gen is None else gen, in_file=rec.in_file or in_file)
     failed = ann("alarm.failed", rec, retry_count=rec.retry_count, error=error,
                   last_attempt=retry > policy.max_retries, crashed=crashed)
     if retry > policy.max_retries:
-        dead = replace(base, state=AlarmState.DEAD, next_attempt_ms=None)
+        dead = base._replace(state=AlarmState.DEAD, next_attempt_ms=None)
         return Transition(dead, (failed, ann("alarm.dead", dead, attempts=count,
                                               error=error)))
     delay_ms = 0 if crashed else math.ceil(next_delay(policy, retry, rng) * 1000)
     at = now_ms + delay_ms
     if new_alarm_ms is not None:
         at = min(at, new_alarm_ms)
-    retrying = replace(base, state=AlarmState.RETRYING, retry_count=retry, next_attempt_ms=at)
+    retrying = base._replace(state=AlarmState.RETRYING, retry_count=retry, next_attempt_ms=at)
     events = [failed, ann("alarm.retry_scheduled", retrying, retry_count=retry,
                            next_attempt_ms=at, max_retries=policy.max_retries)]
     if is_near_exhaustion(retrying, policy):
@@ -297,5 +299,5 @@ def fire_now(rec: AlarmRecord, now_ms: int) -> Transition:
     if rec.state is AlarmState.DEAD:
         return rearm(rec, now_ms)
     # Brought forward, not copied: a later scheduled_ms would survive the success.
-    moved = replace(rec, next_attempt_ms=now_ms, scheduled_ms=min(rec.scheduled_ms, now_ms))
+    moved = rec._replace(next_attempt_ms=now_ms, scheduled_ms=min(rec.scheduled_ms, now_ms))
     return Transition(moved, (ann("alarm.fire_now", moved, at_ms=now_ms),))

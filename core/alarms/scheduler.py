@@ -8,11 +8,11 @@ visible, then the window and the event bus learn of it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from alarmtop.core.alarms import intent as I
@@ -44,10 +44,7 @@ class AlarmScheduler:
                  window_size: int, sweep_interval_s: float,
                  rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP) -> None:
         self.index = index
-        # An index that can queue a write and hand back its future (SqliteAlarmIndex.submit)
-        # saves a coroutine per commit, two per firing; `write` is the protocol's way.
-        self._write: Callable[[Sequence[AlarmRecord], Sequence[AlarmKey], ExtraWrite | None],
-                              Awaitable[None]] = getattr(index, "submit", index.write)
+        self._submit = index.submit
         self._object_write = index.object_write
         self._clock = clock
         self._supervisor = tasks
@@ -70,8 +67,11 @@ class AlarmScheduler:
         self.keep_attempts = keep_attempts
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
-        self.running: dict[AlarmKey, AlarmRecord | None] = {}
+        self.running: dict[AlarmKey, int] = {}  # key: when its attempt started
         self._repairs: set[AlarmKey] = set()
+        # Classes with at least one object that has a database: objects of the others
+        # certainly have none, so their intent is their row and no file is looked for.
+        self._file_classes: set[str] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -82,6 +82,7 @@ class AlarmScheduler:
         row itself): an attempt cut short may have committed a new one."""
         self._fire = fire
         self._intent_of = intent_of
+        self._file_classes = set(await self.index.object_classes())
         await self._recover_crashed()
         await self._refill()
         self._tasks = [self._supervisor.spawn(self._loop(), name="alarm-scheduler"),
@@ -119,8 +120,9 @@ class AlarmScheduler:
 
     # -- attempts in flight ---------------------------------------------------------------
 
-    def attempt_started(self, key: AlarmKey, rec: AlarmRecord | None) -> None:
-        self.running[key] = rec
+    def attempt_started(self, key: AlarmKey) -> None:
+        """An attempt is in flight (set before its row says 'running')."""
+        self.running[key] = self._clock.now_ms()
 
     def attempt_ended(self, key: AlarmKey) -> None:
         self.running.pop(key, None)
@@ -162,6 +164,13 @@ class AlarmScheduler:
 
     # -- state changes --------------------------------------------------------------------
 
+    def may_have_file(self, key: AlarmKey) -> bool:
+        return key[0] in self._file_classes
+
+    def peek(self, key: AlarmKey) -> AlarmRecord | None:
+        """The record if the window holds it (None: not known without a read)."""
+        return self.window.records.get(key)
+
     async def lookup(self, key: AlarmKey) -> AlarmRecord | None:
         rec = self.window.records.get(key)
         if rec is not None:
@@ -169,34 +178,58 @@ class AlarmScheduler:
         return await self.index.get(key)
 
     async def commit(self, key: AlarmKey, tr: P.Transition | None,
-                     extra: ExtraWrite | None = None) -> AlarmRecord | None:
+                     extra: ExtraWrite | None = None, final: bool = False
+                     ) -> AlarmRecord | None:
         """Make a transition durable, then visible (window, events, wake the loop).
 
         `extra` (other tables of the runtime database) commits in the same transaction;
         with no transition, `extra` alone is written and the row is left as it is.
+        `final`: this write is an object event's commit or follows it, so what it
+        announces leaves at once (an earlier write's announcements wait in the event's
+        outbox until the object has committed).
         """
         if tr is None:
             if extra is not None:
-                await self._write((), (), extra)
+                await self._submit((), (), extra)
             return await self.lookup(key)
         if self._loading:
             self._changed[key] = _PENDING
         rec = tr.record
+        fut = self._submit((), (key,), extra) if rec is None else self._submit((rec,), (), extra)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            # The writer is cut off, the write goes on: when it lands the window must
+            # learn of it all the same, or it would be behind the disk.
+            if not fut.done():
+                fut.add_done_callback(functools.partial(self._landed, key, tr, final))
+            elif not fut.cancelled() and fut.exception() is None:
+                self._apply(key, tr, final)
+            raise
+        self._apply(key, tr, final)
+        return rec
+
+    def _landed(self, key: AlarmKey, tr: P.Transition, final: bool,
+                fut: asyncio.Future[None]) -> None:
+        if not fut.cancelled() and fut.exception() is None:
+            self._apply(key, tr, final)
+
+    def _apply(self, key: AlarmKey, tr: P.Transition, final: bool = False) -> None:
+        """A transition is durable: the window, the bus and the loop learn of it."""
+        rec = tr.record
         if rec is None:
-            await self._write((), (key,), extra)
             self.window.remove(key)
         else:
-            await self._write((rec,), (), extra)
             self.window.put(rec)
         if self._loading:
             self._changed[key] = rec
         events = self._events
         if events.active:
+            announce = events.deliver if final else events.emit
             for ann in tr.events:
-                events.emit(ann.type, ann.data)
+                announce(ann.type, ann.data)
         if rec is not None:
             self._due_changed(rec)
-        return rec
 
     def _due_changed(self, rec: AlarmRecord) -> None:
         """Wake the loop if `rec` falls due before the time it sleeps until.
@@ -211,12 +244,13 @@ class AlarmScheduler:
     async def note_file(self, key: AlarmKey) -> None:
         """Before an object's database is created: its row (if any) says its intent may
         live there, and the object is listed, in one commit."""
+        self._file_classes.add(key[0])  # before the write: from now on, files are looked for
         rec = await self.lookup(key)
         write = self._object_write(key, object_file_name(key[1]), self._clock.now_ms())
         if rec is None or rec.in_file:
-            await self._write((), (), write)
+            await self._submit((), (), write)
         else:
-            await self.commit(key, P.Transition(replace(rec, in_file=True)), write)
+            await self.commit(key, P.Transition(rec._replace(in_file=True)), write)
 
     async def undo(self, key: AlarmKey, written: AlarmRecord | None,
                    previous: AlarmRecord | None) -> None:
@@ -310,7 +344,7 @@ class AlarmScheduler:
             "alarm of %s/%s not run: its attempt could not be recorded (%s: %s); trying "
             "again in 1 s", rec.object_class, rec.object_name, type(exc).__name__, exc)
         if self.still_current(rec):
-            later = replace(rec, next_attempt_ms=self._clock.now_ms() + 1000)
+            later = rec._replace(next_attempt_ms=self._clock.now_ms() + 1000)
             self.window.put(later)
             self._due_changed(later)
 

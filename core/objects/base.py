@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from alarmtop.core.objects.storage_api import Storage
 from alarmtop.core.sockets import HibernatableWebSocket, SocketRegistry
@@ -15,9 +14,8 @@ if TYPE_CHECKING:
     from alarmtop.core.clock import Clock
 
 
-@dataclass(frozen=True)
-class AlarmInfo:
-    """Passed to `alarm()`: which attempt this is."""
+class AlarmInfo(NamedTuple):
+    """Passed to `alarm()`: which attempt this is (a named tuple: one per firing)."""
 
     retry_count: int
     scheduled_ms: int
@@ -29,6 +27,9 @@ class AlarmInfo:
 
 class ObjectContext:
     """`self.ctx` of a durable object: its name, clock and storage."""
+
+    # Slots: one is made at every wake of an object.
+    __slots__ = ("_blockers", "_clock", "_sockets", "_tasks", "class_name", "id", "storage")
 
     def __init__(self, class_name: str, name: str, storage: Storage, clock: Clock,
                  sockets: SocketRegistry, tasks: Supervisor) -> None:

@@ -13,7 +13,7 @@ import collections
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 from alarmtop.core import outbox
 from alarmtop.core.alarms.intent import Intent
@@ -22,55 +22,40 @@ from alarmtop.core.errors import ReentrantCall, StorageError
 from alarmtop.core.events import EventBus
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
-from alarmtop.core.objects.storage_api import CALL_END, AlarmAccess, Committed, EventEnd, Storage
+from alarmtop.core.objects.storage_api import CALL_END, AlarmAccess, EventEnd, Storage
 from alarmtop.core.outbox import Outbox
 from alarmtop.core.sockets import SocketRegistry
 from alarmtop.core.storage.interface import ObjectStore, StorageBackend
-from alarmtop.core.tasks import Supervisor, Wakeup, finish_uncancelled
+from alarmtop.core.tasks import Supervisor, Wakeup
 
 ObjectKey = tuple[str, str]
 Body = Callable[[DurableObject], Awaitable[Any]]
 
 
-class EventOutcome(NamedTuple):
-    """What one event did: its value or error, and what its commit made durable."""
-
-    value: Any
-    error: BaseException | None
-    committed: Committed | None  # None: it did not run (see `EventKind.before`)
-
-    @property
-    def ran(self) -> bool:
-        return self.committed is not None
-
-
-SKIPPED = EventOutcome(None, None, None)
+# What one event did: (its value, the error it raised, the index write after its
+# commit that failed). A plain tuple: one is made for every event.
+EventOutcome = tuple[Any, BaseException | None, BaseException | None]
 
 
 class EventKind:
     """What differs between kinds of events; a call, a socket event: this class.
 
-    The alarm dispatcher subclasses it: it decides before the handler whether the
-    attempt runs at all, and its end of event records the attempt in the index."""
+    The alarm dispatcher subclasses it: its attempt runs under a time limit, and its
+    end of event records the attempt in the index."""
 
+    __slots__ = ()
     alarm = False
-
-    async def before(self, r: Resident, storage: Storage) -> bool:
-        """Run (True) or skip the event, holding the object's turn, before waking it."""
-        return True
 
     def limit(self) -> contextlib.AbstractContextManager[Any]:
         """What bounds the wake and the body (an alarm attempt's timeout)."""
-        return contextlib.nullcontext()
-
-    async def run(self, body: Body, instance: DurableObject) -> Any:
-        return await body(instance)
+        return _NO_LIMIT
 
     def end(self, error: BaseException | None) -> EventEnd:
         return CALL_END
 
 
 CALL = EventKind()
+_NO_LIMIT = contextlib.nullcontext()
 
 
 class Resident:
@@ -250,7 +235,9 @@ class ObjectHost:
         r.instance = instance
         self._live += 1
         if self._events.active:
-            self._events.emit("object.woke", {"object": f"{cls_name}/{name}"})
+            # The runtime's own doing, not the event's output: it need not wait for the
+            # event's commit.
+            self._events.deliver("object.woke", {"object": f"{cls_name}/{name}"})
         if self._live > self._max_resident or self._deadline is None:
             self._wakeup.poke()
         return instance
@@ -276,47 +263,55 @@ class ObjectHost:
         """`run_event` for a caller that holds the object's turn already."""
         storage = self.storage_of(r)
         try:
-            if not await kind.before(r, storage):
-                return SKIPPED
-            box = Outbox(self._events.deliver)
+            box = Outbox()
             token = outbox.CURRENT.set(box)
+            value: Any = None
+            error: BaseException | None = None
             try:
-                value, error = await self._run_body(r, storage, body, kind)
-                committed = await finish_uncancelled(storage.commit_event(kind.end(error)))
-            except BaseException:
+                # Wake and run; the blockers it started end before it counts as done. A
+                # raise is the event's outcome (its writes are kept).
+                try:
+                    with kind.limit():
+                        instance = r.instance if r.instance is not None else \
+                            await self.wake(r)
+                        storage.begin_event(self._clock.now_ms(), kind.alarm)
+                        value = await body(instance)
+                except Exception as exc:
+                    error = exc
+                finally:
+                    if r.ctx is not None and r.ctx.blocked:
+                        await r.ctx.drain_blockers()
+                index_failed = await storage.commit_event(kind.end(error))
+            except BaseException as exc:
+                # Nothing of the event was kept (its commit failed), or it was cut off
+                # (cancelled: as after a crash, and a commit cut off midway may or may
+                # not have landed). Its output is dropped, and what the instance and the
+                # storage hold in memory may disagree with the disk: the object is reset
+                # and the next event builds it again from what is on disk.
                 box.drop()
-                # What the instance holds in memory may come from writes that were not
-                # kept: the object is reset, and the next event builds it again from
-                # what is on disk.
+                if isinstance(exc, asyncio.CancelledError):
+                    await storage.abandon()
                 if r.instance is not None:
                     self._evict(r)
                 raise
             finally:
                 outbox.CURRENT.reset(token)
-            await box.release()
-            return EventOutcome(value, error, committed)
+            if box.sends:
+                await box.release(self._events.deliver)
+            elif box.events:
+                box.announce(self._events.deliver)
+            else:
+                box.closed = True
+            return value, error, index_failed
         finally:
             if r.instance is None and storage.is_open:
-                await storage.close()  # woken for nothing (a reconcile), or its wake failed
+                await storage.close()  # its wake failed: no instance will close it
 
-    async def _run_body(self, r: Resident, storage: Storage, body: Body,
-                        kind: EventKind) -> tuple[Any, BaseException | None]:
-        """Wake and run; the blockers it started end before it counts as done. A raise
-        is the event's outcome (its writes are kept); a cancellation keeps nothing."""
-        try:
-            try:
-                with kind.limit():
-                    instance = await self.wake(r)
-                    storage.begin_event(self._clock.now_ms(), kind.alarm)
-                    return await kind.run(body, instance), None
-            finally:
-                if r.ctx is not None and r.ctx.blocked:
-                    await r.ctx.drain_blockers()
-        except asyncio.CancelledError:
-            await storage.abandon()
-            raise
-        except Exception as exc:
-            return None, exc
+    async def close_if_idle(self, r: Resident) -> None:
+        """Close the database of an object that was looked at but not woken (the
+        dispatcher read its intent and ran nothing): no instance will close it."""
+        if r.instance is None and r.storage is not None and r.storage.is_open:
+            await r.storage.close()
 
     async def _open_store(self, key: ObjectKey, create: bool,
                           intent: tuple[int, int | None]) -> ObjectStore | None:

@@ -20,7 +20,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, NamedTuple, Protocol, overload
+from typing import Any, Protocol, overload
 
 from alarmtop.core.alarms import intent as I
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, Transition
@@ -37,8 +37,18 @@ class AlarmAccess(Protocol):
 
     async def lookup(self, key: AlarmKey) -> AlarmRecord | None: ...
 
+    def peek(self, key: AlarmKey) -> AlarmRecord | None:
+        """The row if it is at hand without a read (None: not known without one)."""
+        ...
+
+    def may_have_file(self, key: AlarmKey) -> bool:
+        """False when the object certainly has no database (no object of its class
+        has one): its intent is its row, and no file needs looking for."""
+        ...
+
     async def commit(self, key: AlarmKey, tr: Transition | None,
-                     extra: ExtraWrite | None = None) -> AlarmRecord | None: ...
+                     extra: ExtraWrite | None = None, final: bool = False
+                     ) -> AlarmRecord | None: ...
 
     async def note_file(self, key: AlarmKey) -> None:
         """Before an object's database is created: mark its row, list the object."""
@@ -54,11 +64,18 @@ class AlarmAccess(Protocol):
 StoreOpener = Callable[[AlarmKey, bool, I.Intent], Awaitable["ObjectStore | None"]]
 
 
+Plan = tuple[Transition | None, Transition | None]  # (before the commit, after it)
+
+
 class EventEnd(Protocol):
     """How the end of an event reaches the alarm index."""
 
+    # The object's index row as the event already holds it (an attempt's own record),
+    # or None: then it is looked up.
+    row: AlarmRecord | None
+
     def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
-             in_file: bool) -> I.CommitPlan:
+             in_file: bool) -> Plan:
         """The index writes around the object's commit of `change` (None: the event did
         not touch its alarm): `before` is made durable first (a wake hint), `after` once
         the commit landed. For an object without a database there is one commit: the
@@ -69,22 +86,16 @@ class EventEnd(Protocol):
 class CallEnd:
     """The end of a call, a socket event or a wake: the index follows the intent."""
 
+    row: AlarmRecord | None = None
+
     def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
-             in_file: bool) -> I.CommitPlan:
+             in_file: bool) -> Plan:
         if change is None:
-            return I.CommitPlan(None, None)
+            return (None, None)
         return I.plan_change(key, current, change, in_file)
 
 
 CALL_END = CallEnd()
-
-
-class Committed(NamedTuple):
-    """What an event's commit made durable."""
-
-    change: I.Intent | None  # the new intent, if the event changed the alarm
-    record: AlarmRecord | None  # the index row after the event (None: none, or unknown)
-    index_failed: BaseException | None  # the write after the object's commit failed
 
 
 class SqlCursor:
@@ -124,6 +135,10 @@ class Sql:
 class Storage:
     """An object's storage. The event path calls `begin_event`, `defer_write`,
     `commit_event` and `close`; user code calls the rest."""
+
+    # Slots: one is made at every wake of an object.
+    __slots__ = ("_alarms", "_changed", "_deferred", "_in_alarm", "_intent", "_key",
+                 "_open_store", "_preserve_alarm", "_savepoints", "_store", "_wanted")
 
     def __init__(self, key: AlarmKey, open_store: StoreOpener, alarms: AlarmAccess,
                  delete_all_preserves_alarm: bool) -> None:
@@ -182,7 +197,8 @@ class Storage:
         if self._store is not None:
             return await self._file_intent(self._store)
         rec = await self._alarms.lookup(self._key)
-        if rec is not None and not rec.in_file:
+        if (rec is not None and not rec.in_file) or (
+                rec is None and not self._alarms.may_have_file(self._key)):
             return I.intent_of_row(rec)
         # No row says it has none: the object may have a database (open it if so).
         store = await self._open_store(self._key, False, I.intent_of_row(rec))
@@ -196,47 +212,56 @@ class Storage:
             self._intent = I.Intent(*await store.read_intent())
         return self._intent
 
-    async def commit_event(self, end: EventEnd = CALL_END) -> Committed:
+    async def commit_event(self, end: EventEnd = CALL_END) -> BaseException | None:
         """Make the event durable: its storage writes and its alarm intent in one commit,
         the alarm index never later than that truth.
 
         Raises when nothing of the event was kept (a failed write before or during the
         object's commit). A failed index write after the commit does not undo the
-        event: it is reported in `Committed.index_failed` (the row left is earlier than
-        the truth, and is reconciled when it falls due).
+        event: it is returned (the row left is earlier than the truth, and is
+        reconciled when it falls due); None when everything landed.
         """
-        store = self._store
+        store, key = self._store, self._key
         deferred, self._deferred = self._deferred, None
+        changed, wanted = self._changed, self._wanted
+        # The event is over, whatever happens below.
+        self._changed, self._wanted, self._in_alarm = False, None, False
         change: I.Intent | None = None
-        try:
-            if self._changed:
-                base = await self.load_intent()
-                store = self._store
-                change = I.Intent(base.gen + 1, self._wanted)
+        current: AlarmRecord | None = None
+        if changed:
             if store is None:
-                return await self._commit_in_index(end, change, deferred)
+                alarms = self._alarms
+                current = end.row or alarms.peek(key)
+                filed = alarms.may_have_file(key)
+                if current is None and (filed or wanted is None):
+                    # (A set of an object that has no database needs no row to replace:
+                    # its fresh row is its intent whatever was there. A delete does.)
+                    current = await alarms.lookup(key)
+                if (current is not None and current.in_file) or (current is None and filed):
+                    base_gen = (await self.load_intent()).gen  # may open its database
+                    store = self._store
+                else:
+                    # The row is the intent (see intent_of_row).
+                    base_gen = current.gen if current is not None else 0
+            else:
+                base_gen = (await self._file_intent(store)).gen
+            change = I.Intent(base_gen + 1, wanted)
+        if store is not None:
             if deferred:
                 raise InvalidArgument("runtime-database writes ride only the commit of an "
                                       "object without a database")
             return await self._commit_in_file(store, end, change)
-        finally:
-            self._changed, self._wanted, self._in_alarm = False, None, False
-
-    async def _commit_in_index(self, end: EventEnd, change: I.Intent | None,
-                               deferred: list[ExtraWrite] | None) -> Committed:
-        """No database: the index row is the object's one durable state, and this
-        write its one commit (with the runtime-database writes deferred to it)."""
-        key = self._key
-        current = await self._alarms.lookup(key) if change is not None else None
-        plan = end.plan(key, current, change, False)
-        tr = plan.after if plan.after is not None else plan.before
-        extra = _combined(deferred)
-        if tr is None and extra is None:
-            return Committed(change, current, None)
-        return Committed(change, await self._alarms.commit(key, tr, extra), None)
+        # No database: the index row is the object's one durable state, and this write
+        # its one commit (with the runtime-database writes deferred to it).
+        before, after = end.plan(key, current, change, False)
+        tr = after if after is not None else before
+        extra = _combined(deferred) if deferred else None
+        if tr is not None or extra is not None:
+            await self._alarms.commit(key, tr, extra, True)
+        return None
 
     async def _commit_in_file(self, store: ObjectStore, end: EventEnd,
-                              change: I.Intent | None) -> Committed:
+                              change: I.Intent | None) -> BaseException | None:
         key = self._key
         current = await self._alarms.lookup(key) if change is not None else None
         before, tr = end.plan(key, current, change, True)
@@ -255,13 +280,14 @@ class Storage:
         if change is not None:
             self._intent = change
         if tr is None:
-            return Committed(change, written if before is not None else current, None)
+            return None
         try:
-            return Committed(change, await self._alarms.commit(key, tr), None)
+            await self._alarms.commit(key, tr, None, True)
         except Exception as exc:  # the event stands: the row is early, reconciled when due
             log.warning("the alarm index missed %s/%s's committed alarm change (%s); it is "
                         "reconciled when the alarm falls due", key[0], key[1], exc)
-            return Committed(change, None, exc)
+            return exc
+        return None
 
     async def abandon(self) -> None:
         """The event is cut off (cancelled): keep nothing of it, as after a crash."""

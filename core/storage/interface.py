@@ -87,6 +87,12 @@ class AlarmIndex(Protocol):
 
     async def close(self) -> None: ...
 
+    def submit(self, puts: Sequence[AlarmRecord] = (), deletes: Sequence[AlarmKey] = (),
+               extra: ExtraWrite | None = None) -> asyncio.Future[None]:
+        """Queue a write now (its order among writes is fixed when this is called) and
+        return the future that says when it is durable (or why it failed)."""
+        ...
+
     async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = (),
                     extra: ExtraWrite | None = None) -> None:
         """Store records and remove keys, durably; concurrent calls share commits.
@@ -124,6 +130,10 @@ class AlarmIndex(Protocol):
 
     def object_write(self, key: AlarmKey, file: str, at_ms: int) -> ExtraWrite:
         """A write that lists an object about to get a database."""
+        ...
+
+    async def object_classes(self) -> list[str]:
+        """The classes with at least one object that has a database."""
         ...
 
 

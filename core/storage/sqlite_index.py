@@ -416,6 +416,17 @@ class SqliteAlarmIndex:
                          "created_ms) VALUES (?, ?, ?, ?)", (key[0], key[1], file, at_ms))
         return write
 
+    async def object_classes(self) -> list[str]:
+        """The classes with at least one object that has a database: those listed, and
+        any with a folder of object files (a file the upgrade could not name counts)."""
+        def read(conn: sqlite3.Connection) -> list[str]:
+            listed = {r[0] for r in conn.execute("SELECT DISTINCT object_class FROM objects")}
+            root = self.path.parent / "objects"
+            if root.is_dir():
+                listed.update(p.name for p in root.iterdir() if p.is_dir())
+            return sorted(listed)
+        return await self.read(read)
+
     async def count_objects(self) -> int:
         def read(conn: sqlite3.Connection) -> int:
             return int(conn.execute("SELECT count(*) FROM objects").fetchone()[0])

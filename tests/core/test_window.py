@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 from hypothesis import settings
@@ -237,7 +236,7 @@ class WindowModel(RuleBasedStateMachine):
         assert [r.due_ms for r in got] == [d for d, _ in expected[:limit]]
         for r in got:
             assert self.index.get(r.key) == r, "popped a deleted or overwritten alarm"
-            started = replace(r, state=AlarmState.RUNNING, started_ms=now)
+            started = r._replace(state=AlarmState.RUNNING, started_ms=now)
             self.index[r.key] = started
             self.window.put(started)
 
@@ -251,7 +250,7 @@ class WindowModel(RuleBasedStateMachine):
             del self.index[key]
             self.window.remove(key)
         else:
-            self.index[key] = replace(current, state=AlarmState.RETRYING, next_attempt_ms=due,
+            self.index[key] = current._replace(state=AlarmState.RETRYING, next_attempt_ms=due,
                                       retry_count=current.retry_count + 1, started_ms=None)
             self.window.put(self.index[key])
 
