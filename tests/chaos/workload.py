@@ -2,29 +2,39 @@
 its own append-only record of everything that was acknowledged.
 
 The harness (`harness.py`) starts this module as a child process, kills it with
-SIGKILL at random moments and starts it again on the same data. The record is a
-JSON-lines file written with `os.write` + `os.fsync` outside the runtime, one
-line per fact:
+SIGKILL (at a record-line count, or at a write boundary this process armed
+itself) and starts it again on the same data. The record is a JSON-lines file
+written with `os.write` + `os.fsync` outside the runtime, one line per fact:
 
-- ``intent`` / ``ack`` around every call into the runtime (``op`` ties them):
-  alarm set/delete, KV write, SQL insert, debounce hit, lease grant/release,
-  execution start, callback verdict, operator action. An intent without an ack
-  has an unknown outcome: it may or may not have happened.
+- ``intent`` then ``ack`` or ``nack`` around every call into the runtime (``op``
+  ties them): alarm set/delete, KV write, SQL insert, debounce hit, lease
+  grant/release, execution start, callback verdict, operator action. An intent
+  without either has an unknown outcome: it may or may not have happened. A
+  ``nack`` (the call raised, with its error) is not acknowledged: the event
+  failed and kept nothing.
 - ``fire``: an alarm handler ran (object, scheduled time, retry count, and
-  whether this attempt succeeds or raises an injected fault).
+  whether its plan makes this attempt succeed or raise an injected fault; a lock
+  can still fail a planned success).
 - ``body``: a step body ran (execution, operation id, step name, nonce).
 - ``deliver`` / ``delivered``: a keyed delivery through the runtime's ledger was
   attempted / returned (with whether it was the first for its key).
 - ``expire`` / ``flush``: the lease and debounce side effects.
+- ``boot`` / ``ready``: a process started (with the boundary it armed) / its
+  runtime is up; ``boundary``: the process is about to die at the write
+  boundary it armed (the commit's keys); ``start_refused``: its start-up met a
+  lock (it then dies as a crash would).
+
+The harness adds ``lock`` / ``unlock`` lines around each lock it holds.
 
 Which handlers fail is not random at run time: it is a pure function of the
 seed and the thing that fails (see the ``*_plan`` functions), so the checker in
 `invariants.py` can tell what each retry count and dead letter should be.
 
-Run as ``python -m tests.chaos.workload run DATA RECORD SEED ROUND`` (until
-killed) or ``python -m tests.chaos.workload settle DATA RECORD SEED STATE``
-(no new load: deliver pending verdicts and operator actions, wait until nothing
-is due, write the final state as JSON to STATE and exit).
+Run as ``python -m tests.chaos.workload run DATA RECORD SEED ROUND [--boundary
+JSON] [--busy-timeout S]`` (until killed) or ``python -m tests.chaos.workload
+settle DATA RECORD SEED STATE`` (no new load, no faults: deliver pending verdicts
+and operator actions, wait until nothing is due, write the final state as JSON to
+STATE and exit).
 """
 
 from __future__ import annotations
