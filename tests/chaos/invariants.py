@@ -285,8 +285,8 @@ def check_alarms(rec: Record, state: dict[str, Any], seed: int, report: Report) 
                             and row["next_attempt_ms"] <= at)
             if row["state"] == "dead":
                 return view is None and len(row["attempts"]) == ALARM_RETRIES + 1
-            return (row["state"] == "pending" and row["next_attempt_ms"] > now
-                    and view == row["next_attempt_ms"])
+            return bool(row["state"] == "pending" and row["next_attempt_ms"] > now
+                        and view == row["next_attempt_ms"])
 
         lost = _lost_to_generation_reuse(rec, obj, ops, row, view)
         if not explain(ops, holds) and lost is not None:
@@ -458,8 +458,11 @@ def check_writers(rec: Record, state: dict[str, Any], report: Report) -> None:
             ops = [op for op in writes if op.args["key"] == key]
             report.writes_checked += sum(1 for op in ops if op.acked)
             final = kv.get(key)
-            if not explain(ops, lambda c, final=final: final == (None if c is None
-                                                                 else c.args["value"])):
+
+            def holds_value(c: Op | None, final: Any = final) -> bool:
+                return bool(final == (None if c is None else c.args["value"]))
+
+            if not explain(ops, holds_value):
                 report.add(f"acknowledged write lost: {obj} key {key} holds {final!r}; recent "
                            f"calls: {describe_ops(ops)}")
         inserts = rec.ops_of(obj, ("insert",))
@@ -726,7 +729,7 @@ def _check_trip(eid: str, d: dict[str, Any], failures: int, report: Report) -> N
 def _check_deliveries(rec: Record, state: dict[str, Any], report: Report) -> None:
     tried: dict[str, int] = collections.Counter(line["key"] for _, line in rec.kind["deliver"])
     returned: dict[str, list[bool]] = collections.defaultdict(list)
-    where: dict[tuple[str, str], str] = {}
+    where: dict[tuple[str, str], str] = {}  # (execution, operation) -> the key it delivered
     for _, line in rec.kind["delivered"]:
         returned[line["key"]].append(line["first"])
     for _, line in rec.kind["deliver"]:
@@ -747,10 +750,10 @@ def _check_deliveries(rec: Record, state: dict[str, Any], report: Report) -> Non
         for ev in (d or {}).get("history", []):
             if ev["EventType"] == "StepSucceeded" and ev.get("Name") in (
                     "notify_partners", "compensate_notify_partners", "charge"):
-                key = where.get((eid, ev["Id"]))
-                if key is None or ledger.get(key) is None:
+                step_key = where.get((eid, ev["Id"]))
+                if step_key is None or ledger.get(step_key) is None:
                     report.add(f"checkpointed keyed step without its delivery: {eid} "
-                               f"{ev['Id']} {ev.get('Name')} (key {key})")
+                               f"{ev['Id']} {ev.get('Name')} (key {step_key})")
 
 
 def check(lines: list[dict[str, Any]], state: dict[str, Any], seed: int,

@@ -323,7 +323,7 @@ class ChaosServices(FestivalServices):
         self.record = record
         self.seed = seed
 
-    async def reserve_streaming(self, event_id: str) -> str:  # type: ignore[override]
+    async def reserve_streaming(self, event_id: str) -> str:
         return self.record.body()
 
     async def release_streaming(self, event_id: str) -> str:  # type: ignore[override]
