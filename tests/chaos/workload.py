@@ -2,39 +2,51 @@
 its own append-only record of everything that was acknowledged.
 
 The harness (`harness.py`) starts this module as a child process, kills it with
-SIGKILL at random moments and starts it again on the same data. The record is a
-JSON-lines file written with `os.write` + `os.fsync` outside the runtime, one
-line per fact:
+SIGKILL (at a record-line count, or at a write boundary this process armed
+itself) and starts it again on the same data. The record is a JSON-lines file
+written with `os.write` + `os.fsync` outside the runtime, one line per fact:
 
-- ``intent`` / ``ack`` around every call into the runtime (``op`` ties them):
-  alarm set/delete, KV write, SQL insert, debounce hit, lease grant/release,
-  execution start, callback verdict, operator action. An intent without an ack
-  has an unknown outcome: it may or may not have happened.
+- ``intent`` then ``ack`` or ``nack`` around every call into the runtime (``op``
+  ties them): alarm set/delete, KV write, SQL insert, debounce hit, lease
+  grant/release, execution start, callback verdict, operator action. An intent
+  without either has an unknown outcome: it may or may not have happened. A
+  ``nack`` (the call raised, with its error) is not acknowledged: the event
+  failed and kept nothing.
 - ``fire``: an alarm handler ran (object, scheduled time, retry count, and
-  whether this attempt succeeds or raises an injected fault).
+  whether its plan makes this attempt succeed or raise an injected fault; a lock
+  can still fail a planned success).
 - ``body``: a step body ran (execution, operation id, step name, nonce).
 - ``deliver`` / ``delivered``: a keyed delivery through the runtime's ledger was
   attempted / returned (with whether it was the first for its key).
 - ``expire`` / ``flush``: the lease and debounce side effects.
+- ``boot`` / ``ready``: a process started (with the boundary it armed) / its
+  runtime is up; ``boundary``: the process is about to die at the write
+  boundary it armed (the commit's keys); ``start_refused``: its start-up met a
+  lock (it then dies as a crash would).
+
+The harness adds ``lock`` / ``unlock`` lines around each lock it holds.
 
 Which handlers fail is not random at run time: it is a pure function of the
 seed and the thing that fails (see the ``*_plan`` functions), so the checker in
 `invariants.py` can tell what each retry count and dead letter should be.
 
-Run as ``python -m tests.chaos.workload run DATA RECORD SEED ROUND`` (until
-killed) or ``python -m tests.chaos.workload settle DATA RECORD SEED STATE``
-(no new load: deliver pending verdicts and operator actions, wait until nothing
-is due, write the final state as JSON to STATE and exit).
+Run as ``python -m tests.chaos.workload run DATA RECORD SEED ROUND [--boundary
+JSON] [--busy-timeout S]`` (until killed) or ``python -m tests.chaos.workload
+settle DATA RECORD SEED STATE`` (no new load, no faults: deliver pending verdicts
+and operator actions, wait until nothing is due, write the final state as JSON to
+STATE and exit).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import collections
 import hashlib
 import json
 import os
 import random
+import signal
 import sys
 import uuid
 from dataclasses import dataclass
@@ -56,9 +68,12 @@ from alarmtop.core.durable import (
 from alarmtop.core.durable.config import JitterStrategy
 from alarmtop.core.durable.context import current_step
 from alarmtop.core.durable.service import DurableFunction, Ledger
+from alarmtop.core.errors import StorageError
+from alarmtop.core.storage.sqlite_objects import SqliteBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.examples.lease_ledger import LeaseLedger
+from tests.chaos.faults import BoundaryDeath, arm_boundary
 
 # -- sizes and policies (shared with the checker) ----------------------------------------------
 
@@ -189,11 +204,16 @@ class Record:
             self.executions[line["exec"]] = line["name"]
 
     def write(self, **line: Any) -> None:
+        self.note(**line)
+        self._learn(line)
+
+    def note(self, **line: Any) -> None:
+        """Append a line without learning from it: safe from any thread (one `os.write`
+        on an O_APPEND descriptor lands whole)."""
         data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         if os.write(self._fd, data) != len(data):
             raise OSError(f"short write to the chaos record {self.path}")
         os.fsync(self._fd)
-        self._learn(line)
 
     def body(self, ok: bool = True) -> str:
         """Record a step body run (from inside the step) and return its nonce."""
@@ -210,10 +230,25 @@ class Record:
 
 # -- objects ---------------------------------------------------------------------------------
 
+async def set_busy_timeout(ctx: ObjectContext, env: Any) -> None:
+    """The object's own database gets the workload's short busy timeout (when locks are
+    on), through the object's SQL: `SqliteBackend(busy_timeout_s=)` reaches only
+    runtime.sqlite (see test_found_object_busy_timeout.py), and a lock on an object's
+    database must bite as it does on the runtime's. Runs on every wake: each wake has
+    its own connection."""
+    if env.busy_timeout_ms is not None:
+        await ctx.storage.sql.exec(f"PRAGMA busy_timeout = {int(env.busy_timeout_ms)}")
+
+
 class ChaosAlarm(DurableObject):
     """An object whose alarm is set, overwritten and deleted from outside.
 
     Its handler fails by plan (`alarm_failures`) and records every attempt."""
+
+    def __init__(self, ctx: ObjectContext, env: Any) -> None:
+        super().__init__(ctx, env)
+        if env.busy_timeout_ms is not None:
+            ctx.block_concurrency_while(lambda: set_busy_timeout(ctx, env))
 
     async def arm(self, at_ms: int) -> int:
         await self.ctx.storage.put("armed", at_ms)
@@ -223,6 +258,11 @@ class ChaosAlarm(DurableObject):
     async def disarm(self) -> None:
         await self.ctx.storage.put("armed", None)
         await self.ctx.storage.delete_alarm()
+
+    async def view(self) -> int | None:
+        """The alarm as the object's own code sees it (its committed intent): the truth
+        the alarm index may only ever be early against."""
+        return await self.ctx.storage.get_alarm()
 
     async def alarm(self, info: AlarmInfo) -> None:
         env = self.env
@@ -244,6 +284,7 @@ class Writer(DurableObject):
         ctx.block_concurrency_while(self._setup)
 
     async def _setup(self) -> None:
+        await set_busy_timeout(self.ctx, self.env)
         await self.ctx.storage.sql.exec(
             "CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
 
@@ -282,7 +323,7 @@ class ChaosServices(FestivalServices):
         self.record = record
         self.seed = seed
 
-    async def reserve_streaming(self, event_id: str) -> str:  # type: ignore[override]
+    async def reserve_streaming(self, event_id: str) -> str:
         return self.record.body()
 
     async def release_streaming(self, event_id: str) -> str:  # type: ignore[override]
@@ -368,11 +409,19 @@ def build_trip(record: Record, ledger: Ledger, seed: int) -> DurableFunction:
 
 # -- the runtime -----------------------------------------------------------------------------
 
-def make_runtime(data_dir: Path, record: Record, seed: int) -> Runtime:
+def make_runtime(data_dir: Path, record: Record, seed: int,
+                 busy_timeout_s: float | None = None) -> Runtime:
+    """The workload's runtime; `busy_timeout_s` (when locks are on) is how long its
+    writes wait for a lock another connection holds, in runtime.sqlite and in the
+    databases of the objects that set it (ChaosAlarm, Writer)."""
     sinks = Sinks(record)
-    env = SimpleNamespace(seed=seed, record=record, expiry_sink=sinks, flush_sink=sinks)
+    env = SimpleNamespace(seed=seed, record=record, expiry_sink=sinks, flush_sink=sinks,
+                          busy_timeout_ms=None if busy_timeout_s is None
+                          else round(busy_timeout_s * 1000))
+    backend = None if busy_timeout_s is None else SqliteBackend(data_dir,
+                                                                busy_timeout_s=busy_timeout_s)
     rt = Runtime(data_dir, clock=SystemClock(), env=env, hibernate_after=0.5, max_resident=48,
-                 sweep_interval=2.0)
+                 sweep_interval=2.0, backend=backend)
     rt.register(ChaosAlarm, retry_policy=ALARM_POLICY)
     rt.register(Writer)
     rt.register(LeaseLedger)
@@ -536,12 +585,30 @@ class Load:
 
 # -- the two modes ---------------------------------------------------------------------------
 
-async def run(data_dir: Path, record_path: Path, seed: int, round_no: int) -> None:
-    """Load the runtime until killed."""
+async def run(data_dir: Path, record_path: Path, seed: int, round_no: int,
+              boundary: BoundaryDeath | None = None,
+              busy_timeout_s: float | None = None) -> None:
+    """Load the runtime until killed (by the harness, or at the boundary it armed)."""
     record = Record(record_path)
-    record.write(k="boot", mode="run", round=round_no, pid=os.getpid())
-    rt = make_runtime(data_dir, record, seed)
-    await rt.start()
+    record.write(k="boot", mode="run", round=round_no, pid=os.getpid(),
+                 boundary=None if boundary is None else json.loads(boundary.to_json()))
+    if boundary is not None:
+        def died(info: dict[str, Any]) -> None:
+            record.note(k="boundary", round=round_no, point=boundary.point,
+                        kind=boundary.kind, nth=boundary.nth, obj=boundary.obj,
+                        keys=[list(k) for k in info.get("keys") or [info.get("key")] if k],
+                        extras=info.get("extras"))
+        arm_boundary(boundary, died)  # before start: recovery's commits count too
+    rt = make_runtime(data_dir, record, seed, busy_timeout_s)
+    try:
+        await rt.start()
+    except StorageError as exc:
+        if busy_timeout_s is None or "locked" not in str(exc):
+            raise
+        # A lock held through start-up (a backup running when the service starts):
+        # start fails loudly, and this process ends as a crash would, mid-recovery.
+        record.write(k="start_refused", round=round_no, error=str(exc)[:300])
+        os.kill(os.getpid(), signal.SIGKILL)
     record.write(k="ready", round=round_no)
     load = Load(rt, record, seed, round_no)
     tasks = [asyncio.ensure_future(load.worker()) for _ in range(WORKERS)]
@@ -570,6 +637,8 @@ async def dump(rt: Runtime, record: Record) -> dict[str, Any]:
     """The final state, read through the public API."""
     state: dict[str, Any] = {"now_ms": rt.clock.now_ms()}
     state["alarms"] = [a.to_dict() for a in await rt.alarms()]
+    state["alarm_views"] = {f"ChaosAlarm/a{i}": await rt.get(ChaosAlarm, f"a{i}").view()
+                            for i in range(ALARM_OBJECTS)}
     state["writers"] = {f"Writer/w{i}": await rt.get(Writer, f"w{i}").dump()
                         for i in range(WRITERS)}
     state["counters"] = {f"ClickCounter/c{i}": await rt.get(ClickCounter, f"c{i}").totals()
@@ -618,13 +687,22 @@ async def settle(data_dir: Path, record_path: Path, seed: int, state_path: Path,
 
 
 def main(argv: list[str]) -> None:
-    mode, data, record, seed = argv[0], Path(argv[1]), Path(argv[2]), int(argv[3])
-    if mode == "run":
-        asyncio.run(run(data, record, seed, int(argv[4])))
-    elif mode == "settle":
-        asyncio.run(settle(data, record, seed, Path(argv[4])))
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.workload")
+    parser.add_argument("mode", choices=["run", "settle"])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("record", type=Path)
+    parser.add_argument("seed", type=int)
+    parser.add_argument("last", help="run: the round number; settle: where the state goes")
+    parser.add_argument("--boundary", type=BoundaryDeath.from_json, default=None,
+                        help="run: die at this write boundary (JSON, see faults.py)")
+    parser.add_argument("--busy-timeout", type=float, default=None,
+                        help="run: how long writes wait for another connection's lock (s)")
+    args = parser.parse_args(argv)
+    if args.mode == "run":
+        asyncio.run(run(args.data, args.record, args.seed, int(args.last), args.boundary,
+                        args.busy_timeout))
     else:
-        raise SystemExit(f"unknown mode {mode!r}: run or settle")
+        asyncio.run(settle(args.data, args.record, args.seed, Path(args.last)))
 
 
 if __name__ == "__main__":
