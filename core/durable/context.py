@@ -40,6 +40,7 @@ from alarmtop.core.durable.errors import (
     CallbackExternalError,
     CallbackSubmitterError,
     CallbackTimeoutError,
+    CheckpointFailed,
     ChildContextError,
     DurableOperationError,
     ExecutionAborted,
@@ -63,12 +64,13 @@ from alarmtop.core.durable.operations import (
     make_event,
     payload,
 )
+from alarmtop.core.errors import StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
+from alarmtop.core.storage.interface import ExecutionStore, LogChain
 
 if TYPE_CHECKING:
     from alarmtop.core.clock import Clock
     from alarmtop.core.durable.saga import Saga
-    from alarmtop.core.storage.interface import ExecutionStore
 
 T = TypeVar("T")
 HUMAN = "HumanDecision"
@@ -117,6 +119,7 @@ class Invocation:
         self.faults = faults
         self.rng = rng
         self.sagas: list[Saga] = []
+        self.chain = LogChain()  # its writes land in order or not at all
         self.replaying_until = len(ops)
         # Announces history events once their checkpoint has landed; set by the engine.
         self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
@@ -136,10 +139,13 @@ class Invocation:
     async def save(self, op: OperationRecord, *events: dict[str, Any], wait: bool = True) -> None:
         """Checkpoint `op` with `events`; its events are announced once it has landed."""
         self.ops[op.id] = op
-        fut = self.store.checkpoint(self.record.id, None, [op], events)
+        fut = self.store.checkpoint(self.record.id, None, [op], events, self.chain)
         announce = self.announce if events else None
         if wait:
-            await fut
+            try:
+                await fut
+            except StorageError as exc:
+                raise CheckpointFailed(str(exc)) from None
             if announce is not None:
                 announce(self.record, events)
         elif announce is not None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.durable.context import HUMAN, DurableContext, Invocation
 from alarmtop.core.durable.errors import (
     CallbackAlreadyCompleted,
+    CheckpointFailed,
     ExecutionAborted,
     InvalidExecutionState,
     InvocationCrash,
@@ -39,6 +40,7 @@ from alarmtop.core.durable.operations import (
     payload,
 )
 from alarmtop.core.objects.base import AlarmInfo, DurableObject, ObjectContext
+from alarmtop.core.storage.interface import LogChain
 
 if TYPE_CHECKING:
     from alarmtop.core.durable.service import ExecutionEngine
@@ -62,6 +64,9 @@ class ExecutionObject(DurableObject):
     def __init__(self, ctx: ObjectContext, env: Any) -> None:
         super().__init__(ctx, env)
         self._state: _Loaded | None = None
+        # The running invocation's log chain: what this event defers lands after the
+        # invocation's own checkpoints, or not at all.
+        self._chain: LogChain | None = None
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -90,12 +95,13 @@ class ExecutionObject(DurableObject):
         return ev
 
     def _queue(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
-               events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]:
+               events: Sequence[dict[str, Any]] = (),
+               chain: LogChain | None = None) -> asyncio.Future[None]:
         """Queue a checkpoint of the record, `ops` and `events`; await it for durability."""
         st.record.updated_ms = self.ctx.now_ms()
         for op in ops:
             st.ops[op.id] = op
-        return self.engine.store.checkpoint(st.record.id, st.record, ops, events)
+        return self.engine.store.checkpoint(st.record.id, st.record, ops, events, chain)
 
     def _defer(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
                events: Sequence[dict[str, Any]] = ()) -> None:
@@ -105,7 +111,8 @@ class ExecutionObject(DurableObject):
         for op in ops:
             st.ops[op.id] = op
         self.ctx.storage.defer_write(
-            self.engine.store.checkpoint_write(st.record.id, st.record, ops, events))
+            self.engine.store.checkpoint_write(st.record.id, st.record, ops, events,
+                                               self._chain))
 
     def _next_alarm(self, st: _Loaded) -> int | None:
         """The next thing the service must do for the execution, if anything."""
@@ -218,6 +225,13 @@ class ExecutionObject(DurableObject):
     async def _invoke(self, st: _Loaded, changed: list[OperationRecord],
                       events: list[dict[str, Any]]) -> None:
         """Run the handler once, after checkpointing what the alarm completed."""
+        try:
+            await self._invoke_once(st, changed, events)
+        finally:
+            self._chain = None  # its writes are queued or deferred: the chain is theirs
+
+    async def _invoke_once(self, st: _Loaded, changed: list[OperationRecord],
+                           events: list[dict[str, Any]]) -> None:
         rec, engine = st.record, self.engine
         fn = engine.handler(rec.name, rec.version)
         started = self.ctx.now_ms()
@@ -227,9 +241,10 @@ class ExecutionObject(DurableObject):
         # whatever the invocation makes durable implies it (an at-most-once step awaits
         # its start before its body runs). A death before it lands leaves the log as if
         # the invocation never began, and the alarm, still pending, runs it again.
-        begun = self._queue(st, changed, events)
         inv = Invocation(rec, st.ops, st.next_event_id, engine.store, engine.clock,
                          engine.faults, engine.rng)
+        self._chain = inv.chain
+        begun = self._queue(st, changed, events, inv.chain)
         inv.announce = engine.deliver_history
         inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
@@ -253,6 +268,12 @@ class ExecutionObject(DurableObject):
             await engine.store.flush()
             self._state = None
             raise RuntimeError(f"invocation abandoned: {exc}") from None
+        except CheckpointFailed as exc:
+            # A checkpoint was refused (and every one after it in this invocation): the
+            # attempt fails and runs again from what landed, counted.
+            self._state = None
+            raise RuntimeError(f"invocation abandoned: a checkpoint could not be written "
+                               f"({exc})") from None
         except NonDeterministicExecutionError as exc:
             engine.announce(rec, "execution.nondeterministic", op_id=exc.op_id,
                             error=exc.message)

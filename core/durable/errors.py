@@ -151,6 +151,12 @@ class InvocationCrash(_ControlFlow):
     """An injected crash: the invocation is abandoned exactly as if the process died."""
 
 
+class CheckpointFailed(_ControlFlow):
+    """A checkpoint could not be written (the database was locked, full, failing): the
+    invocation is abandoned as after a crash and runs again from what landed. Not an
+    `Exception`, so a handler's `except Exception` cannot swallow it."""
+
+
 class NonDeterministicExecutionError(_ControlFlow):
     """Replay met an operation that differs from the log."""
 

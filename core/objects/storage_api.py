@@ -264,6 +264,11 @@ class Storage:
                               change: I.Intent | None) -> BaseException | None:
         key = self._key
         current = await self._alarms.lookup(key) if change is not None else None
+        if change is not None and current is not None:
+            # Never a generation the row has seen: a row written ahead of a commit that
+            # never landed holds the next one, and must not pass for this intent's.
+            gen = max(change.gen, current.gen + 1, current.hint_gen + 1)
+            change = I.Intent(gen, change.at_ms)
         before, tr = end.plan(key, current, change, True)
         written: AlarmRecord | None = None
         try:
@@ -406,8 +411,23 @@ def _combined(writes: list[ExtraWrite] | None) -> ExtraWrite | None:
         return None
     if len(writes) == 1:
         return writes[0]
+    return _AllOf(writes)
 
-    def all_of(conn: Any) -> None:
-        for write in writes:
+
+class _AllOf:
+    """Several writes as one; told as one when it was refused."""
+
+    __slots__ = ("writes",)
+
+    def __init__(self, writes: list[ExtraWrite]) -> None:
+        self.writes = writes
+
+    def __call__(self, conn: Any) -> None:
+        for write in self.writes:
             write(conn)
-    return all_of
+
+    def refused(self) -> None:
+        for write in self.writes:
+            refused = getattr(write, "refused", None)
+            if refused is not None:
+                refused()

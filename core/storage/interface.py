@@ -137,6 +137,21 @@ class AlarmIndex(Protocol):
         ...
 
 
+class LogChain:
+    """The writes of one invocation's log, which land in order or not at all.
+
+    An invocation queues some checkpoints without waiting for them (its start, a
+    step's start): a later one implies the earlier ones. That holds for a death (the
+    queue goes in order), not for a refused write (a lock fails one batch, the next
+    lands). Once a write of the chain is refused, every later one refuses too, so the
+    log never has a hole: the invocation is abandoned and retried from what landed."""
+
+    __slots__ = ("broken",)
+
+    def __init__(self) -> None:
+        self.broken = False
+
+
 class ExecutionStore(Protocol):
     """Execution logs, history, the idempotency ledger and the audit log.
 
@@ -146,11 +161,13 @@ class ExecutionStore(Protocol):
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
-                   events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]: ...
+                   events: Sequence[dict[str, Any]] = (),
+                   chain: LogChain | None = None) -> asyncio.Future[None]: ...
 
     def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
-                         events: Sequence[dict[str, Any]] = ()) -> ExtraWrite: ...
+                         events: Sequence[dict[str, Any]] = (),
+                         chain: LogChain | None = None) -> ExtraWrite: ...
 
     def submit(self, write: ExtraWrite) -> asyncio.Future[None]: ...
 

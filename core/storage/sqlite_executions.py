@@ -14,10 +14,34 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.errors import StorageError
+from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class ChainBroken(StorageError):
+    """An earlier write of the same invocation's log was not made."""
+
+
+class ChainedWrite:
+    """A write of the runtime database that belongs to a `LogChain`."""
+
+    __slots__ = ("chain", "fn")
+
+    def __init__(self, fn: WriteFn, chain: LogChain) -> None:
+        self.fn, self.chain = fn, chain
+
+    def __call__(self, conn: sqlite3.Connection) -> None:
+        if self.chain.broken:
+            raise ChainBroken("an earlier checkpoint of this invocation was not written; "
+                              "the invocation runs again from what was")
+        self.fn(conn)
+
+    def refused(self) -> None:
+        self.chain.broken = True
 
 
 class SqliteExecutionStore:
@@ -26,15 +50,19 @@ class SqliteExecutionStore:
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
-                   events: Sequence[dict[str, Any]] = ()) -> asyncio.Future[None]:
+                   events: Sequence[dict[str, Any]] = (),
+                   chain: LogChain | None = None) -> asyncio.Future[None]:
         """Queue a checkpoint now (its place among writes is fixed); await it for durability."""
-        return self._db.submit(extra=self.checkpoint_write(execution_id, record, ops, events))
+        return self._db.submit(extra=self.checkpoint_write(execution_id, record, ops, events,
+                                                           chain))
 
     @staticmethod
     def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
-                         events: Sequence[dict[str, Any]] = ()) -> WriteFn:
-        """A checkpoint as a write to commit with others (the rows are taken now)."""
+                         events: Sequence[dict[str, Any]] = (),
+                         chain: LogChain | None = None) -> WriteFn:
+        """A checkpoint as a write to commit with others (the rows are taken now); in
+        `chain`, it refuses when an earlier write of the chain was refused."""
         rec_row = None if record is None else (
             record.id, record.name, record.version, record.status.value, record.created_ms,
             record.updated_ms, _dumps(record.to_dict()))
@@ -52,7 +80,7 @@ class SqliteExecutionStore:
                 conn.executemany("INSERT INTO history (execution_id, event_id, data) "
                                  "VALUES (?,?,?)", ev_rows)
 
-        return write
+        return write if chain is None else ChainedWrite(write, chain)
 
     def submit(self, write: WriteFn) -> asyncio.Future[None]:
         return self._db.submit(extra=write)

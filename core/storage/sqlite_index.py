@@ -68,6 +68,14 @@ def is_locked(exc: BaseException) -> bool:
         isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc))
 
 
+def _refused(entry: _Entry) -> None:
+    """On the database thread, before the next batch: tell a write that it was not made
+    (writes that depend on it, as an execution's log does, then refuse too)."""
+    refused = getattr(entry[2], "refused", None)
+    if refused is not None:
+        refused()
+
+
 def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
     attempts = json.dumps([a.to_dict() for a in rec.attempts]) if rec.attempts else None
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
@@ -268,12 +276,15 @@ class SqliteAlarmIndex:
             if len(batch) == 1 or is_locked(exc) or is_disk_full(exc):
                 # The whole database refused (locked, full): every write fails alike, and
                 # trying each alone would wait out the busy timeout once per write.
+                for entry in batch:
+                    _refused(entry)
                 return [exc] * len(batch)
         outcome: list[BaseException | None] = []
         for entry in batch:
             try:
                 self._apply_entries([entry])
             except Exception as one:
+                _refused(entry)
                 outcome.append(one)
             else:
                 outcome.append(None)

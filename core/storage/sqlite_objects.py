@@ -225,7 +225,7 @@ async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
         conn.stop()  # at least end its thread
 
 
-def _connection(path: Path) -> aiosqlite.Connection:
+def _connection(path: Path, busy_timeout_s: float) -> aiosqlite.Connection:
     """An aiosqlite connection whose thread never holds the interpreter open.
 
     aiosqlite runs each connection on a non-daemon thread, so a script that raises
@@ -233,7 +233,7 @@ def _connection(path: Path) -> aiosqlite.Connection:
     dies with the process exactly as a crash would stop it, which the runtime
     recovers from. (aiosqlite has no option for this; the thread is set before it
     starts, the one reach into aiosqlite, tested in tests/core/test_exit.py.)"""
-    conn = aiosqlite.connect(path, isolation_level=None)
+    conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_s)
     conn._thread.daemon = True
     return conn
 
@@ -269,7 +269,8 @@ class SqliteObjectStore:
     @classmethod
     async def open(cls, path: Path, quarantine: Quarantine | None = None, *,
                    key: tuple[str, str] = ("?", "?"), check: bool = True, create: bool = True,
-                   intent: tuple[int, int | None] = (0, None)) -> SqliteObjectStore | None:
+                   intent: tuple[int, int | None] = (0, None),
+                   busy_timeout_s: float = BUSY_TIMEOUT_S) -> SqliteObjectStore | None:
         """Open (or, with `create`, create) the database at `path`; a damaged one goes to
         quarantine. None when there is none and `create` is false. `intent` is written
         into a database that holds none (a new one, or one from before intents)."""
@@ -279,7 +280,7 @@ class SqliteObjectStore:
             created = await asyncio.to_thread(_prepare, path, quarantine, key, create, intent)
             if created is None:
                 return None
-            conn = _connection(path)
+            conn = _connection(path, busy_timeout_s)
             await conn  # starts its thread and connects
             conn.row_factory = sqlite3.Row
             await conn.execute("PRAGMA journal_mode=WAL")
@@ -525,6 +526,7 @@ class SqliteBackend:
         self.data_dir = Path(data_dir)
         self.on_corrupt_index = on_corrupt_index
         self.check_on_open = check_on_open
+        self.busy_timeout_s = busy_timeout_s
         self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
         self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open,
                                        busy_timeout_s=busy_timeout_s)
@@ -625,7 +627,7 @@ class SqliteBackend:
         return await SqliteObjectStore.open(self.object_path(object_class, object_name),
                                             self.quarantine, key=(object_class, object_name),
                                             check=self.check_on_open, create=create,
-                                            intent=intent)
+                                            intent=intent, busy_timeout_s=self.busy_timeout_s)
 
     async def count_objects(self) -> int:
         return await self._index.count_objects()

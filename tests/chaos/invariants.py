@@ -31,16 +31,13 @@ The harness's faults widen two expectations, and only by what they explain:
 - nothing else: steps, checkpoints, keyed deliveries and the settle are judged as
   without locks.
 
-Known core bugs the harness found are not hidden: a finding that matches one
-exactly (its signature, and the fault it needs, in the record) is listed apart in
-`Report.known`, naming the strict-xfail test that reproduces it, and the run
-still fails; the short CI run (`test_chaos.py`) tolerates those, and only those.
+The core bugs the harness found (`test_found_*.py` reproduce each) are fixed; their
+findings are plain violations like any other.
 """
 
 from __future__ import annotations
 
 import collections
-import datetime
 import itertools
 import json
 from collections.abc import Callable, Iterable
@@ -145,7 +142,6 @@ class Report:
     stale_rows: int = 0  # index rows left early by a lost write, reconciled when due
     extra_retries: collections.Counter[str] = field(default_factory=collections.Counter)
     violations: list[str] = field(default_factory=list)
-    known: list[str] = field(default_factory=list)  # findings of known core bugs
 
     def add(self, message: str) -> None:
         self.violations.append(message)
@@ -165,8 +161,7 @@ class Report:
                 f"{extra or 'none'}, {self.stale_rows} index rows early, to reconcile); "
                 f"steps checked: {self.steps_checked} in {self.executions_checked} executions; "
                 f"storage writes checked: {self.writes_checked}; keyed deliveries checked: "
-                f"{self.deliveries_checked}; violations found: {len(self.violations)}"
-                f"{f', and {len(self.known)} of known core bugs' if self.known else ''}")
+                f"{self.deliveries_checked}; violations found: {len(self.violations)}")
 
 
 class Record:
@@ -288,11 +283,7 @@ def check_alarms(rec: Record, state: dict[str, Any], seed: int, report: Report) 
             return bool(row["state"] == "pending" and row["next_attempt_ms"] > now
                         and view == row["next_attempt_ms"])
 
-        lost = _lost_to_generation_reuse(rec, obj, ops, row, view)
-        if not explain(ops, holds) and lost is not None:
-            report.known.append(f"acknowledged alarm lost to a set that never committed "
-                                f"(test_found_generation_reuse.py): {obj}: {lost}")
-        elif not explain(ops, holds):
+        if not explain(ops, holds):
             report.add(f"alarm vanished or wrong: {obj}: final row "
                        f"{json.dumps(_row_brief(row))}, the object sees {view}; recent "
                        f"calls: {describe_ops(ops)}")
@@ -312,14 +303,7 @@ def check_alarms(rec: Record, state: dict[str, Any], seed: int, report: Report) 
                     continue
                 late = [p for p, _ in rec.fires.get((obj, earlier.args["at"]), [])
                         if p > (later.ack_pos or 0)]
-                if late and _generation_reuse(rec, ops, earlier, later):
-                    report.known.append(
-                        f"alarm fired for a set that never committed, in place of the next "
-                        f"one (test_found_generation_reuse.py): {obj} set for "
-                        f"{earlier.args['at']} ({earlier.id}, cut short) ran at record line "
-                        f"{late[0]}, after {later.id} set for {later.args['at']} was "
-                        f"acknowledged under a lock at line {later.ack_pos}")
-                elif late:
+                if late:
                     report.add(f"alarm fired after it was replaced: {obj} set for "
                                f"{earlier.args['at']} ({earlier.id}) ran at record line "
                                f"{late[0]}, after {later.id} {later.what} was acknowledged "
@@ -343,41 +327,6 @@ def check_alarms(rec: Record, state: dict[str, Any], seed: int, report: Report) 
                        f"(started {row.get('started_ms')}, retry {row['retry_count']})")
 
 
-def _generation_reuse(rec: Record, ops: list[Op], earlier: Op, later: Op) -> bool:
-    """The known bug of test_found_generation_reuse.py, as the record shows it: `earlier`
-    set an alarm and its process died before the call returned (its early index row
-    may have landed without its commit); after a restart, with no acknowledged call
-    between, `later` set a later alarm (no index write before its commit), and a lock
-    on runtime.sqlite spanned the call (the index write after the commit can have
-    failed). The stale row then shares the intent's generation and fires as its own."""
-    if earlier.what != "set" or earlier.acked or earlier.failed or later.what != "set":
-        return False
-    if later.ack_pos is None or later.args["at"] < earlier.args["at"]:
-        return False
-    between = [op for op in ops if earlier.pos < op.pos < later.pos]
-    return (not any(op.acked for op in between)
-            and rec.restart_between(earlier.pos, later.pos)
-            and any(lock.db == RUNTIME_DB and lock.spans(later.pos, later.ack_pos)
-                    for lock in rec.locks))
-
-
-def _lost_to_generation_reuse(rec: Record, obj: str, ops: list[Op], row: dict[str, Any] | None,
-                              view: int | None) -> str | None:
-    """An alarm lost by that bug: the last acknowledged call set it, it never ran, the
-    stale alarm of an earlier set ran after that call's acknowledgement instead, and
-    nothing is left (the stale run's success deleted the row)."""
-    acked = [op for op in ops if op.acked]
-    if not acked or row is not None or view is not None:
-        return None
-    last = acked[-1]
-    if last.what != "set" or (obj, last.args["at"]) in rec.fires:
-        return None
-    for earlier in ops:
-        if earlier.pos < last.pos and _generation_reuse(rec, ops, earlier, last) and any(
-                p > (last.ack_pos or 0) for p, _ in rec.fires.get((obj, earlier.args["at"]), [])):
-            return (f"{last.id} set for {last.args['at']} never ran; {earlier.id}'s alarm for "
-                    f"{earlier.args['at']} ran in its place")
-    return None
 
 
 def _row_brief(row: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -556,7 +505,6 @@ def check_executions(rec: Record, state: dict[str, Any], seed: int,
                      report: Report) -> None:
     """Check every execution: finished, waiting or with a human, and as planned."""
     starts = {op.args["exec"]: op for op in rec.ops.values() if op.what == "start"}
-    alarmed = {a["object_name"] for a in state["alarms"] if a["object_class"] == "Execution"}
     for eid, op in sorted(starts.items()):
         d = state["executions"].get(eid)
         if d is None:
@@ -565,16 +513,6 @@ def check_executions(rec: Record, state: dict[str, Any], seed: int,
             continue
         report.executions_checked += 1
         _check_steps(rec, eid, d, report)
-        lock_failed = _failed_by_locked_checkpoint(rec, d)
-        if lock_failed is not None:
-            report.known.append(f"execution failed by a lock on its checkpoint "
-                                f"(test_found_checkpoint_lock.py): {eid} {lock_failed}")
-            continue
-        stranded = _stranded_by_refused_start(rec, d, eid in alarmed)
-        if stranded is not None:
-            report.known.append(f"execution stranded by a refused invocation start "
-                                f"(test_found_refused_invocation_start.py): {eid} {stranded}")
-            continue
         if d["status"] not in ("succeeded", "failed", "needs_human", "suspended"):
             report.add(f"execution neither finished, waiting nor with a human: {eid} is "
                        f"{d['status']} ({d.get('blocked_on')})")
@@ -585,47 +523,7 @@ def check_executions(rec: Record, state: dict[str, Any], seed: int,
     _check_deliveries(rec, state, report)
 
 
-def _ms(iso: str) -> int:
-    return int(datetime.datetime.fromisoformat(iso).timestamp() * 1000)
 
-
-def _failed_by_locked_checkpoint(rec: Record, d: dict[str, Any]) -> str | None:
-    """The known bug of test_found_checkpoint_lock.py: the execution failed with the lock
-    error a refused checkpoint write raised in its handler, during an invocation that
-    a lock on runtime.sqlite overlapped. Returns the invocation's window, or None."""
-    error = d.get("error") or {}
-    if d["status"] != "failed" or not str(error.get("ErrorType", "")).endswith(
-            "StorageError") or "locked" not in str(error.get("ErrorMessage", "")):
-        return None
-    invocations = [ev["InvocationCompletedDetails"] for ev in d["history"]
-                   if ev["EventType"] == "InvocationCompleted"]
-    if not invocations:
-        return None
-    start, end = _ms(invocations[-1]["StartTimestamp"]), _ms(invocations[-1]["EndTimestamp"])
-    if not any(lock.db == RUNTIME_DB and lock.covers_ms(start, end) for lock in rec.locks):
-        return None
-    return f"(invocation {start}-{end} ms, a lock on runtime.sqlite held meanwhile)"
-
-
-def _stranded_by_refused_start(rec: Record, d: dict[str, Any], alarmed: bool) -> str | None:
-    """The known bug of test_found_refused_invocation_start.py: suspended on a step retry
-    with no alarm, while the log holds that step's later events with no invocation
-    start before them (they follow the last InvocationCompleted), written while a lock
-    on runtime.sqlite may have refused that start. Returns what shows it, or None."""
-    blocked = str(d.get("blocked_on") or "")
-    if d["status"] != "suspended" or alarmed or "retries" not in blocked:
-        return None
-    history = d["history"]
-    last_end = max((i for i, ev in enumerate(history)
-                    if ev["EventType"] == "InvocationCompleted"), default=-1)
-    after = history[last_end + 1:]
-    if not after or not all(ev["EventType"].startswith("Step") for ev in after):
-        return None
-    first, last = _ms(after[0]["EventTimestamp"]), _ms(after[-1]["EventTimestamp"])
-    if not any(lock.db == RUNTIME_DB and lock.covers_ms(first, last) for lock in rec.locks):
-        return None
-    return (f"(blocked on {blocked!r} with no alarm; after the last invocation: "
-            f"{[ev['EventType'] + ' ' + str(ev.get('Name')) for ev in after]})")
 
 
 def _check_steps(rec: Record, eid: str, d: dict[str, Any], report: Report) -> None:

@@ -60,8 +60,6 @@ def second_checkpoint(info: dict[str, Any]) -> bool:
     return SECOND_RAN[0] and info.get("extras", 0) > 0
 
 
-@pytest.mark.xfail(strict=True, reason="a checkpoint write refused by a lock surfaces in the "
-                   "handler as a StorageError and fails the execution for good")
 async def test_a_locked_checkpoint_is_retried_not_the_executions_failure(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     rt = await make_runtime()

@@ -64,9 +64,6 @@ def for_key(info: dict[str, Any]) -> bool:
     return KEY in info.get("keys", [info.get("key")])
 
 
-@pytest.mark.xfail(strict=True, reason="an uncommitted event's early index row and the "
-                   "next committed intent share a generation: the stale row fires as the "
-                   "intent's, the committed alarm is lost")
 async def test_a_row_never_committed_does_not_pass_for_the_next_intent(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     rt = await make_runtime(Timer)

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from alarmtop.core import DurableObject
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
 from tests.conftest import RuntimeFactory
@@ -28,8 +26,6 @@ class Probe(DurableObject):
         return int(next(iter(row.values())))
 
 
-@pytest.mark.xfail(strict=True, reason="SqliteBackend(busy_timeout_s=) is applied to "
-                   "runtime.sqlite only; object databases keep sqlite3's default 5 s")
 async def test_the_backend_busy_timeout_reaches_object_databases(
         make_runtime: RuntimeFactory, data_dir: Path) -> None:
     rt = await make_runtime(Probe, backend=SqliteBackend(data_dir, busy_timeout_s=0.25))

@@ -83,8 +83,6 @@ def log_write(info: dict[str, Any]) -> bool:
     return info.get("extras", 0) > 0 and not info.get("keys")
 
 
-@pytest.mark.xfail(strict=True, reason="a refused invocation start with later checkpoints "
-                   "landing leaves the execution suspended with no alarm")
 async def test_a_refused_invocation_start_does_not_strand_the_execution(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     rt = await make_runtime(hibernate_after=0.5)
