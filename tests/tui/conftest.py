@@ -34,7 +34,7 @@ from tests.conftest import RuntimeFactory
 
 OPERATOR = "operator-token-for-console-tests"
 VIEWER = "viewer-token-for-console-tests"
-SIZE = (160, 45)
+SIZE = (160, 48)
 TICK_S = 0.02
 POLL_S = 0.05
 WAIT_S = 8.0
@@ -94,6 +94,16 @@ def static_text(pilot: Pilot[Any], selector: str) -> str:
 
 def status_text(pilot: Pilot[Any]) -> str:
     return static_text(pilot, "#status")
+
+
+def status_line(pilot: Pilot[Any]) -> str:
+    """What the view's status line says now."""
+    return static_text(pilot, "#status-line")
+
+
+def fixed_keys(pilot: Pilot[Any]) -> str:
+    """The right end of the footer: the view's badge, ^p, ? and q."""
+    return static_text(pilot, "#fixed-keys")
 
 
 async def focus(pilot: Pilot[Any], widget_id: str) -> None:
