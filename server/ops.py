@@ -187,7 +187,9 @@ class OpsService:
         async def row(key: tuple[str, str]) -> dict[str, Any]:
             status = await self.rt.scheduler.lookup(key)
             return {"object": f"{key[0]}/{key[1]}", "resident": key in resident,
-                    "storage": key in stored, "sockets": self.rt.sockets.count(key),
+                    # an execution's log is in the runtime's database, not a file of its own
+                    "storage": key in stored or key[0] == EXECUTION_CLASS,
+                    "sockets": self.rt.sockets.count(key),
                     "alarm_ms": None if status is None else status.user_view(),
                     "alarm_state": None if status is None else status.state.value}
 

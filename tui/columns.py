@@ -135,7 +135,7 @@ OBJECTS = Listing(
     "objects", "object",
     (Column("object", 0, "object", 24), Column("where", 11, "where", 10),
      Column("storage", 7), Column("sockets", 7, "sockets"), Column("alarm", 12, "alarm", 9),
-     Column("alarm state", 11, "state", 8)),
+     Column("alarm state", 11, "state")),
     key=lambda r: str(r["object"]),
     cells=lambda r, now, w: object_cells(r, now, w), default_sort="object")
 AUDIT = Listing(

@@ -33,7 +33,8 @@ async def test_objects_are_every_object_the_runtime_knows(
         make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
         client: ClientFactory) -> None:
     """An object with only an alarm (no storage) is listed, with storage false; resident
-    ones too; executions as `Execution/<id>`; sorted by alarm time on request."""
+    ones too; executions as `Execution/<id>` (their log is their storage); sorted by
+    alarm time on request."""
     rt = await make_runtime(Quiet, Always)
     rt.register_execution(build_festival(FestivalServices(rt.ledger)))
     await rt.get(Quiet, "only-alarm").arm(60_000)
@@ -47,6 +48,7 @@ async def test_objects_are_every_object_the_runtime_knows(
     assert {"Quiet/only-alarm", "Quiet/stored", f"Execution/{EID}"} <= set(by)
     assert listed["total"] == len(by)
     assert by["Quiet/only-alarm"]["storage"] is False and by["Quiet/stored"]["storage"] is True
+    assert by[f"Execution/{EID}"]["storage"] is True  # its log, in the runtime's database
     assert by["Quiet/only-alarm"]["alarm_state"] == "pending"
     by_alarm = await v.ok("objects", sort="alarm")
     assert by_alarm["rows"][-1]["alarm_ms"] is None  # no alarm: last

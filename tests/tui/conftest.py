@@ -125,12 +125,13 @@ class Harness:
     services: FestivalServices
     apps: list[AlarmtopApp] = field(default_factory=list)
 
-    def console(self, *, read_only: bool = False, token: str | None = None) -> AlarmtopApp:
+    def console(self, *, read_only: bool = False, token: str | None = None,
+                confirm_actions: bool = True) -> AlarmtopApp:
         """A console on the harness's server (operator token unless told otherwise)."""
         client = WebSocketOpsClient(self.server.url, token or self.tokens.operator,
                                     timeout_s=WAIT_S)
         app = AlarmtopApp(client, target=f"test@127.0.0.1:{self.server.port}",
-                          read_only=read_only)
+                          read_only=read_only, confirm_actions=confirm_actions)
         self.apps.append(app)
         return app
 

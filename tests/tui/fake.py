@@ -272,7 +272,7 @@ class FakeOpsClient:
                  sort: str | None = None, desc: bool = False) -> dict[str, Any]:
         by_ref = {a["object"]: a for a in ALARMS}
         rows = [{"object": ref, "resident": resident, "sockets": sockets,
-                 "storage": not ref.startswith("Execution/"),
+                 "storage": True,
                  "alarm_ms": by_ref[ref]["scheduled_ms"] if ref in by_ref else None,
                  "alarm_state": by_ref[ref]["state"] if ref in by_ref else None}
                 for ref, resident, sockets in OBJECTS if not filter or filter in ref]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alarmtop.tui.screens.dialogs import fault_args
+from alarmtop.tui.screens.dialogs import callback_option, fault_args
 
 
 def test_times_or_always_and_seconds_as_numbers() -> None:
@@ -17,9 +17,9 @@ def test_times_or_always_and_seconds_as_numbers() -> None:
 
 
 @pytest.mark.parametrize(("kind", "times", "seconds", "step", "says"), [
-    ("alarm_delay", "", "nan", "", "seconds is a number of seconds, 0 or more"),
+    ("alarm_delay", "", "nan", "", "seconds is a number of seconds above 0"),
     ("alarm_delay", "", "inf", "", "not 'inf'"),
-    ("alarm_delay", "", "-1", "", "0 or more"),
+    ("alarm_delay", "", "0", "", "above 0"),
     ("alarm_delay", "", "soon", "", "not 'soon'"),
     ("alarm_delay", "", "", "", "alarm_delay needs seconds"),
     ("alarm_raise", "two", "", "", "times is a whole number"),
@@ -31,3 +31,8 @@ def test_a_wrong_field_is_named_with_what_it_should_be(kind: str, times: str, se
     """`nan` was sent and came back as "'seconds' must be a number, not float"."""
     with pytest.raises(ValueError, match=says):
         fault_args("F/a", kind, times, seconds, step, "B")
+
+
+def test_a_callback_is_offered_by_name_and_whole_id() -> None:
+    assert callback_option({"name": "verdict", "callback_id": "cb1.WyJoc2YtZGF5MSIsIjQiXQ"}) == (
+        "verdict  cb1.WyJoc2YtZGF5MSIsIjQiXQ")

@@ -137,13 +137,15 @@ class Recording(TableApp):
 
 
 async def test_the_cursor_follows_its_row_as_rows_re_sort() -> None:
-    """Identity, not position: b moves from line 1 to line 2 and the cursor goes with it,
-    without a word; nothing left."""
+    """Identity, not position: the operator chose b; b moves from line 1 to line 2 and
+    the cursor goes with it, without a word; nothing left."""
     app = Recording()
     async with app.run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
         table.show(ROWS)
-        table.move_cursor(row=1)
+        table.focus()
+        await pilot.press("down")  # the operator's choice
+        assert table.pinned and table.selected == "b"
         table.show([ROWS[0], ROWS[2], ROWS[1]])
         assert table.selected == "b" and table.cursor_row == 2
         await pilot.pause()
@@ -151,16 +153,31 @@ async def test_the_cursor_follows_its_row_as_rows_re_sort() -> None:
 
 
 async def test_a_row_that_leaves_moves_the_cursor_to_its_line_and_says_so() -> None:
+    """The chosen row goes: the cursor takes the row now on its line, the table says so
+    once, and the cursor keeps its line from then on (the new row was nobody's
+    choice)."""
     app = Recording()
     async with app.run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
         table.show(ROWS)
         table.move_cursor(row=1)
+        table.pin()
         table.show([ROWS[0], ROWS[2]])
-        assert table.selected == "c"
+        assert table.selected == "c" and not table.pinned
+        table.show([ROWS[2], ROWS[0]])
+        assert table.selected == "a"  # its line, not c
         table.show([])
         await pilot.pause()
-        assert app.left == [("b", "c"), ("c", None)]
+        assert app.left == [("b", "c")]
+
+
+async def test_before_any_choice_the_cursor_keeps_the_top_line() -> None:
+    """Like `top`: left alone, the cursor is on the most urgent row, whichever it is."""
+    async with Recording().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.show([ROWS[2], ROWS[0], ROWS[1]])
+        assert table.cursor_row == 0 and table.selected == "c"
 
 
 async def test_after_a_page_move_the_cursor_keeps_its_line_quietly() -> None:
@@ -169,6 +186,7 @@ async def test_after_a_page_move_the_cursor_keeps_its_line_quietly() -> None:
         table = pilot.app.query_one(ConsoleTable)
         table.show(ROWS)
         table.move_cursor(row=2)
+        table.pin()
         table.show([("x", ("PENDING", "-")), ("y", ("PENDING", "-")), ("z", ("PENDING", "-"))],
                    follow=False)
         assert table.selected == "z"

@@ -17,6 +17,7 @@ from textual.binding import Binding
 
 from alarmtop.tui.screens.base import ConsoleScreen
 from alarmtop.tui.screens.dialogs import CallbackDialog, ConfirmDialog, FaultDialog, TextDialog
+from alarmtop.tui.widgets.table import ConsoleTable
 
 Row = dict[str, Any]
 OPERATOR_ACTIONS = {"rearm", "fire_now", "inject_fault", "clear_dead_letter", "send_callback",
@@ -89,6 +90,13 @@ class ActionsMixin(ConsoleScreen):
         ex = self.selected_execution()
         return "" if ex is None else f"{ex.get('name')}/{ex['execution_id']}"
 
+    def pin_selection(self) -> None:
+        """An action on the selected row makes it the operator's choice: the cursor
+        stays on that object as its row moves (after a re-arm, a retry)."""
+        focused = self.focused
+        if isinstance(focused, ConsoleTable):
+            focused.pin()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in OPERATOR_ACTIONS and self.console.read_only:
             return False
@@ -101,6 +109,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_rearm(self) -> None:
+        self.pin_selection()
         ref = self.selected_object()
         if ref is None or (self.console.confirm_actions and not await self.confirmed(
                 f"Re-arm {ref}? Its alarm gets a fresh retry ladder, first attempt now.",
@@ -110,6 +119,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_fire_now(self) -> None:
+        self.pin_selection()
         ref = self.selected_object()
         if ref is None or (self.console.confirm_actions and not await self.confirmed(
                 f"Fire {ref}'s alarm now? Its next attempt runs at once.", "Fire now")):
@@ -118,6 +128,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_clear_dead_letter(self) -> None:
+        self.pin_selection()
         ref = self.selected_object()
         if ref and await self.confirmed(f"Drop the dead letter of {ref}? Its attempts stay "
                                         "in the event log only.", "Drop"):
@@ -125,6 +136,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_inject_fault(self) -> None:
+        self.pin_selection()
         target = self.selected_object() or self.selected_execution_id()
         if not target:
             return
@@ -147,6 +159,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_send_callback(self) -> None:
+        self.pin_selection()
         eid, label = self.selected_execution_id(), self.execution_label()
         detail = await self.console.fetch("execution", execution_id=eid) if eid else None
         pending = [c for c in (detail or {}).get("callbacks", [])
@@ -163,6 +176,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_retry_compensation(self) -> None:
+        self.pin_selection()
         eid = self.selected_execution_id()
         if eid:
             await self.console.command("retry_compensation", self.execution_label(),
@@ -170,6 +184,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_resolve(self) -> None:
+        self.pin_selection()
         eid, label = self.selected_execution_id(), self.execution_label()
         if not eid:
             return
@@ -180,6 +195,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_abort(self) -> None:
+        self.pin_selection()
         eid, label = self.selected_execution_id(), self.execution_label()
         if not eid:
             return
@@ -190,6 +206,7 @@ class ActionsMixin(ConsoleScreen):
 
     @work(group="actions")
     async def action_hand_to_human(self) -> None:
+        self.pin_selection()
         eid, label = self.selected_execution_id(), self.execution_label()
         if not eid:
             return

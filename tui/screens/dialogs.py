@@ -92,8 +92,8 @@ def fault_args(target: str, kind: str, times: str, seconds: str, step: str,
             secs = float(seconds)
         except ValueError:
             secs = math.nan
-        if not math.isfinite(secs) or secs < 0:
-            raise ValueError(f"seconds is a number of seconds, 0 or more, e.g. 2.5, not "
+        if not math.isfinite(secs) or secs <= 0:
+            raise ValueError(f"seconds is a number of seconds above 0, e.g. 2.5, not "
                              f"{seconds!r}")
         args["seconds"] = secs
     elif kind == "alarm_delay":
@@ -167,6 +167,11 @@ class FaultDialog(_Dialog):
         self.dismiss({"args": args, "fields": f})
 
 
+def callback_option(callback: dict[str, Any]) -> str:
+    """A waiting callback as the form lists it: its name and its whole id."""
+    return f"{callback.get('name') or '?'}  {callback['callback_id']}"
+
+
 class CallbackDialog(_Dialog):
     """Send a result to a waiting callback of an execution (named in the title)."""
 
@@ -176,8 +181,7 @@ class CallbackDialog(_Dialog):
         self.callbacks = callbacks
 
     def compose(self) -> ComposeResult:
-        options = [(f"{c.get('name') or '?'}  {c['callback_id']}", c["callback_id"])
-                   for c in self.callbacks]
+        options = [(callback_option(c), c["callback_id"]) for c in self.callbacks]
         with Vertical(classes="dialog"):
             yield Label(f"Send a callback result to {self.execution}", classes="question")
             yield Select(options, value=options[0][1], id="callback", allow_blank=False)

@@ -56,6 +56,16 @@ class ExecutionsScreen(ActionsMixin, ListScreen):
     def draw_detail(self) -> None:
         if self.selected_execution_id() != self._detail_asked:
             self.load_detail()
+        elif self.detail is not None:
+            self._show_detail(self.detail)  # its "updated 3s ago" moves on
+
+    def _show_detail(self, detail: dict[str, Any] | None) -> None:
+        # to the second: a redraw of an unchanged detail costs one comparison
+        now = self.console.state.now_ms // 1000 * 1000
+        text = detail_text(detail, now)
+        if text != self._detail_shown:
+            self._detail_shown = text
+            self.query_one("#execution-detail-text", Static).update(text)
 
     def load_detail(self) -> None:
         self._detail_asked = self.selected_execution_id()
@@ -66,10 +76,7 @@ class ExecutionsScreen(ActionsMixin, ListScreen):
         detail = await self.console.fetch("execution", execution_id=eid) if eid else None
         with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
             pane = self.query_one("#execution-detail", VerticalScroll)
-            text = detail_text(detail, self.console.state.now_ms)
-            if text != self._detail_shown:
-                self._detail_shown = text
-                self.query_one("#execution-detail-text", Static).update(text)
+            self._show_detail(detail)
             if eid != self._detail_for:
                 pane.scroll_home(animate=False)  # another execution: from its top
             self.detail, self._detail_for = detail, eid

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from textual import events
 from textual.binding import Binding
 from textual.message import Message
 from textual.widgets import DataTable
@@ -25,9 +26,14 @@ class ConsoleTable(DataTable[Any]):
 
     `show()` compares each row with what the table shows and updates only the cells
     that differ: one tuple equality for an unchanged row, and a styled cell built
-    only when it changes. When the rows change order or membership, the cursor
-    stays on the row it was on (its key), wherever that row now is; when that row
-    is gone, it goes to the row now on its line and the table posts `SelectionLeft`.
+    only when it changes.
+
+    Once the operator has chosen a row (moved the cursor, clicked, or acted on it:
+    `pin()`), the cursor stays on that row (its key) when the rows change order or
+    membership, wherever the row now is; when the row is gone, the cursor goes to
+    the row now on its line, the table posts `SelectionLeft` and keeps to its line
+    again until the next choice. Before any choice the cursor keeps its line: the
+    top, the most urgent row, as `top` does.
     """
 
     @dataclass
@@ -47,6 +53,31 @@ class ConsoleTable(DataTable[Any]):
         self._stylers = dict(stylers or {})
         self._shown: dict[str, tuple[Any, ...]] = {}
         self._columns_shown: tuple[ColumnSpec, ...] = ()
+        self.pinned = False  # the operator chose the row under the cursor
+
+    def pin(self) -> None:
+        """The row under the cursor is the operator's choice: follow it."""
+        self.pinned = self.row_count > 0
+
+    def action_cursor_up(self) -> None:
+        super().action_cursor_up()
+        self.pin()
+
+    def action_cursor_down(self) -> None:
+        super().action_cursor_down()
+        self.pin()
+
+    def action_page_up(self) -> None:
+        super().action_page_up()
+        self.pin()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self.pin()
+
+    async def _on_click(self, event: events.Click) -> None:
+        await super()._on_click(event)
+        self.pin()
 
     @property
     def selected(self) -> str | None:
@@ -62,10 +93,12 @@ class ConsoleTable(DataTable[Any]):
     def action_first_row(self) -> None:
         if self.row_count:
             self.move_cursor(row=0)
+            self.pin()
 
     def action_last_row(self) -> None:
         if self.row_count:
             self.move_cursor(row=self.row_count - 1)
+            self.pin()
 
     def set_columns(self, columns: Sequence[ColumnSpec]) -> None:
         """Labels and widths of the columns; the table is rebuilt only when they change
@@ -88,10 +121,12 @@ class ConsoleTable(DataTable[Any]):
         `announce`: post `SelectionLeft` when that row is gone."""
         fresh = [(key, tuple(cells)) for key, cells in rows]
         if self.row_count != len(self._shown) or [k for k, _ in fresh] != list(self._shown):
-            keep = self.selected if follow else None
+            keep = self.selected if follow and self.pinned else None
             left = self._replace(fresh, keep)
-            if left is not None and announce:
-                self.post_message(self.SelectionLeft(self, left, self.selected))
+            if left is not None:
+                self.pinned = False
+                if announce:
+                    self.post_message(self.SelectionLeft(self, left, self.selected))
             return
         changes: list[tuple[str, int, Any]] = []
         for key, cells in fresh:
