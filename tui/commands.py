@@ -56,7 +56,7 @@ def _names(screen: Screen[Any]) -> dict[str, str]:
 
 
 def _action(screen: Screen[Any], action: str) -> Callable[[], Any]:
-    return partial(getattr(screen, f"action_{action}"))
+    return partial(screen.run_action, action)
 
 
 def action_commands(screen: Screen[Any]) -> Iterator[SystemCommand]:

@@ -200,7 +200,7 @@ async def test_columns_cut_long_text_with_an_ellipsis_and_rebuild_only_on_change
         table = pilot.app.query_one(ConsoleTable)
         table.set_columns([("state", 10), ("due in", 6)])
         table.show([("a", ("PENDING", "in 59m54s"))])
-        assert table.get_row("a")[1] == "in 59…"
+        assert str(table.get_row("a")[1]) == "in 59…"
         table.move_cursor(row=0)
         before = list(table.columns)
         table.set_columns([("state", 10), ("due in", 6)])
@@ -219,3 +219,26 @@ async def test_home_and_end_go_to_the_first_and_last_row_not_sideways() -> None:
         assert table.cursor_row == 29 and table.scroll_x == 0
         await pilot.press("home")
         assert table.cursor_row == 0
+
+
+async def test_text_that_looks_like_markup_is_drawn_as_it_is() -> None:
+    """An error message is the user's text: "[/]" in it made the DataTable's markup
+    parser raise while drawing, and "[bold]" turned into a style."""
+    async with TableApp().run_test(size=(60, 6)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.set_columns([("state", 10), ("error", 40)])
+        table.show([("a", ("DEAD", "KeyError: closing tag [/] here")),
+                    ("b", ("DEAD", "see [bold]this[/bold]"))])
+        await pilot.pause()
+        lines = ["".join(seg.text for seg in table.render_line(y)) for y in range(3)]
+        assert "closing tag [/] here" in lines[1] and "see [bold]this[/bold]" in lines[2]
+
+
+async def test_a_click_chooses_the_row() -> None:
+    async with TableApp().run_test(size=(60, 8)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        await pilot.pause()
+        assert not table.pinned
+        await pilot.click(ConsoleTable, offset=(3, 3))  # the header, a, b, c: c
+        assert table.pinned and table.selected == "c"

@@ -54,19 +54,24 @@ class ConsoleScreen(Screen[None]):
             adopt_styles(self, self.app)
 
     def on_mount(self) -> None:
-        # Textual asks the footer to refresh too (on focus changes): what it then shows
-        # is not what we last told it.
+        # Textual asks the footer to refresh too (on focus changes).
         self.bindings_updated_signal.subscribe(self, self._footer_refreshed, immediate=True)
         self.call_after_refresh(collector.settle)  # composed: it lives as long as we do
 
     def _footer_refreshed(self, screen: Screen[Any]) -> None:
-        self._footer_keys = None
+        # The footer has just rebuilt itself from the bindings as they are now: that is
+        # what it shows (forgetting it instead rebuilt it a second time on every view
+        # switch, 10-20 ms each on a loaded machine).
+        self._footer_keys = self._binding_keys()
+
+    def _binding_keys(self) -> tuple[tuple[str, bool], ...]:
+        return tuple((key, b.enabled) for key, b in self.active_bindings.items())
 
     def refresh_actions(self) -> None:
         """Refresh the footer when an action was enabled or disabled since it was drawn:
         the footer rebuilds all its keys on every request, so not on every frame or
         cursor move."""
-        keys = tuple((key, b.enabled) for key, b in self.active_bindings.items())
+        keys = self._binding_keys()
         if keys != self._footer_keys:
             self.refresh_bindings()
             self._footer_keys = keys

@@ -51,6 +51,7 @@ class ListPane:
         # its row if it is still there, and does not call it gone if not.
         self.moved: str | None = None  # "page", "query"
         self.timer: Timer | None = None
+        self.drawn: dict[str, Row] = {}  # the rows the table shows, by key
 
     @property
     def query(self) -> ListQuery:
@@ -60,9 +61,9 @@ class ListPane:
         return self.pager.shown.rows
 
     def row(self, key: str | None) -> Row | None:
-        if key is None:
-            return None
-        return next((r for r in self.rows() if self.listing.key(r) == key), None)
+        """The row of `key` as the table shows it (not the page the pager moved to and
+        the table does not show yet: the actions would flicker off and on)."""
+        return None if key is None else self.drawn.get(key)
 
     def stale(self, state: ConsoleState, snapshots: int) -> bool:
         """Whether frames touched this pane's kinds since it last looked (then it asks
@@ -85,7 +86,8 @@ class ListPane:
                                         else None), w)
                            for i, (c, w) in enumerate(zip(listing.columns, widths))])
         flex = flex_width(listing.columns, widths)
-        table.show([(listing.key(r), listing.cells(r, now_ms, flex)) for r in self.rows()],
+        self.drawn = {listing.key(r): r for r in self.rows()}
+        table.show([(key, listing.cells(r, now_ms, flex)) for key, r in self.drawn.items()],
                    follow=self.moved != "page", announce=self.moved is None)
         if self.pager.current:
             self.moved = None

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.message import Message
@@ -75,9 +76,8 @@ class ConsoleTable(DataTable[Any]):
         super().action_page_down()
         self.pin()
 
-    async def _on_click(self, event: events.Click) -> None:
-        await super()._on_click(event)
-        self.pin()
+    def on_click(self, event: events.Click) -> None:
+        self.pin()  # after DataTable's own handler moved the cursor to the row clicked
 
     @property
     def selected(self) -> str | None:
@@ -168,13 +168,17 @@ class ConsoleTable(DataTable[Any]):
     def _styled(self, column: int, value: Any) -> Any:
         """What the table draws for a plain value: styled, and a text too long for its
         column cut with an ellipsis (a DataTable crops it without one, and a name cut
-        silently reads as another name)."""
+        silently reads as another name). A plain string becomes a `Text`: DataTable
+        parses strings as markup, which costs most of a cell's render and turns an
+        error message such as "expected '[/]'" into markup (or a markup error)."""
         if isinstance(value, str) and column < len(self._columns_shown):
             width = self._columns_shown[column][1]
             if len(value) > width > 1:
                 value = value[:width - 1] + "…"
         styler = self._stylers.get(column)
-        return value if styler is None else styler(value)
+        if styler is not None:
+            return styler(value)
+        return Text(value, end="") if isinstance(value, str) else value
 
 
 def arrow_label(label: str, arrow: bool | None) -> str:
