@@ -582,3 +582,24 @@ async def test_a_wide_terminal_shows_the_whole_last_error() -> None:
         column = pilot.app.screen.query_one("#overview-alarms", DataTable).ordered_columns[5]
         assert column.width > 120
         app.workers.cancel_group(app, "feed")
+
+
+async def test_the_clear_dead_letter_question_is_whole_at_80x24(harness: Harness) -> None:
+    """It was cut after "Its attempts stay in the": the question wraps inside the
+    dialog, every line of it on screen."""
+    dead = await harness.dead_letter()
+    app, rec = await start(harness)
+    async with app.run_test(size=(80, 24), notifications=True, message_hook=rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "5", DeadLettersScreen, "#alarm-page", [dead])
+        await pilot.press("x")
+        box = await dialog(pilot, ConfirmDialog)
+        await pilot.pause()
+        label = box.query_one(".question")
+        lines = label.render_lines(label.region.reset_offset)
+        shown = " ".join("".join(seg.text for seg in line).strip() for line in lines)
+        assert shown.endswith("Its attempts stay in the event log only."), shown
+        assert box.query_one(".dialog").region.contains_region(label.region)
+        assert box.query_one("#yes").region.bottom <= 24
+        await pilot.press("escape")
+        await settle_workers(pilot)

@@ -6,7 +6,6 @@ import contextlib
 from typing import Any
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
@@ -14,8 +13,10 @@ from textual.widgets import DataTable, Static
 
 from alarmtop.tui.columns import EXECUTIONS
 from alarmtop.tui.detail import detail_text
+from alarmtop.tui.paging import RefreshGate
 from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.listed import ListPane, ListScreen
+from alarmtop.tui.screens.loader import Loader
 from alarmtop.tui.state import ConsoleState
 
 PAGE = 100
@@ -32,6 +33,7 @@ class ExecutionsScreen(ActionsMixin, ListScreen):
         self._detail_asked: str | None = None  # and the one last asked for
         self._detail_version = -1
         self._detail_shown: Text | None = None
+        self.details = Loader(self, self._load_detail, RefreshGate(), "detail", paced=False)
 
     def make_panes(self) -> list[ListPane]:
         return [ListPane("execution-page", EXECUTIONS, "Executions", kinds=("executions",),
@@ -51,11 +53,20 @@ class ExecutionsScreen(ActionsMixin, ListScreen):
         super().state_changed(state)
         if state.versions["executions"] != self._detail_version:
             self._detail_version = state.versions["executions"]
-            self.load_detail()
+            self.details.ask()  # at most every half second under a busy feed
+
+    def reload(self) -> None:
+        super().reload()
+        self.details.ask(urgent=True)
+
+    def on_screen_suspend(self) -> None:
+        super().on_screen_suspend()
+        self.details.stop()
 
     def draw_detail(self) -> None:
         if self.selected_execution_id() != self._detail_asked:
-            self.load_detail()
+            self._detail_asked = self.selected_execution_id()
+            self.details.ask(urgent=True)
         elif self.detail is not None:
             self._show_detail(self.detail)  # its "updated 3s ago" moves on
 
@@ -67,13 +78,12 @@ class ExecutionsScreen(ActionsMixin, ListScreen):
             self._detail_shown = text
             self.query_one("#execution-detail-text", Static).update(text)
 
-    def load_detail(self) -> None:
-        self._detail_asked = self.selected_execution_id()
-        self._load_detail(self._detail_asked)
-
-    @work(exclusive=True, group="detail")
-    async def _load_detail(self, eid: str | None) -> None:
+    async def _load_detail(self) -> None:
+        """The selected execution in full (`details` runs it, one at a time)."""
+        eid = self.selected_execution_id()
         detail = await self.console.fetch("execution", execution_id=eid) if eid else None
+        if eid != self.selected_execution_id():
+            return  # the selection moved meanwhile: its own load follows
         with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
             pane = self.query_one("#execution-detail", VerticalScroll)
             self._show_detail(detail)

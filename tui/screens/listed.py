@@ -13,12 +13,12 @@ in its table's title and the footer while on.
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 from typing import Any, ClassVar
 
 from textual import on, work
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
-from textual.timer import Timer
 from textual.widgets import DataTable
 
 from alarmtop.tui.columns import Listing, badge, fit_widths, flex_width
@@ -26,6 +26,7 @@ from alarmtop.tui.formatting import count
 from alarmtop.tui.paging import ListQuery, Pager
 from alarmtop.tui.screens.base import ConsoleScreen, styled_state
 from alarmtop.tui.screens.dialogs import TextDialog
+from alarmtop.tui.screens.loader import Loader
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.table import ConsoleTable, Styler, arrow_label
 
@@ -50,7 +51,7 @@ class ListPane:
         # a page move the cursor keeps its line; after a new filter or sort it follows
         # its row if it is still there, and does not call it gone if not.
         self.moved: str | None = None  # "page", "query"
-        self.timer: Timer | None = None
+        self.loader: Loader  # given by the screen: it runs the fetches
         self.drawn: dict[str, Row] = {}  # the rows the table shows, by key
 
     @property
@@ -75,7 +76,7 @@ class ListPane:
         touched = now != self.versions
         self.versions = now
         if touched:
-            self.pager.gate.ask()
+            self.pager.gate.ask()  # the screen kicks the loader
         return touched
 
     def draw(self, now_ms: int) -> None:
@@ -133,6 +134,9 @@ class ListScreen(ConsoleScreen):
     def __init__(self) -> None:
         super().__init__()
         self.panes: list[ListPane] = self.make_panes()
+        for pane in self.panes:
+            pane.loader = Loader(self, partial(self._fetch, pane), pane.pager.gate,
+                                 f"fetch-{pane.id}")
 
     def make_panes(self) -> list[ListPane]:
         raise NotImplementedError
@@ -168,41 +172,22 @@ class ListScreen(ConsoleScreen):
     def reload(self) -> None:
         for pane in self.panes:
             pane.stale(self.console.state, self.console.snapshots)
-            pane.pager.gate.ask(urgent=True)
-            self.kick(pane)
+            pane.loader.ask(urgent=True)
 
     def on_screen_suspend(self) -> None:
         for pane in self.panes:
-            if pane.timer is not None:
-                pane.timer.stop()
-                pane.timer = None
+            pane.loader.stop()
 
     def kick(self, pane: ListPane) -> None:
-        """Start the pane's fetch if its gate says now, else wake up when it will."""
-        if pane.timer is not None:
-            pane.timer.stop()
-            pane.timer = None
-        if self.console.active_view() is not self:
-            return  # not shown (a dialog over it counts as shown): refreshed when it is
-        wait = pane.pager.gate.wait(self.console.clock())
-        if wait is None:
-            return  # one is in flight: its end kicks again
-        if wait > 0:
-            pane.timer = self.set_timer(wait, lambda: self.kick(pane), name=f"refresh {pane.id}")
-            return
-        self._fetch(pane)
+        pane.loader.kick()
 
-    @work(group="fetch")  # not exclusive: each pane's gate lets one of its own run
     async def _fetch(self, pane: ListPane) -> None:
+        """One fetch of a pane's page (`Loader` runs it when the pane's gate says)."""
         pager, listings = pane.pager, self.console.listings
         asked = pager.request(pane.wide)
         query, _, offset, limit = asked
         pane.wide = False
-        pager.gate.started(self.console.clock())
-        try:
-            answer = await listings.fetch(query, offset, limit)
-        finally:
-            pager.gate.finished()
+        answer = await listings.fetch(query, offset, limit)
         error = listings.refused.get(pane.listing.name) if answer is None else None
         if pager.land(asked, answer, self.console.clock(), error):
             # drawn on the console's next paced redraw, as a frame is: a key pressed
@@ -212,8 +197,6 @@ class ListScreen(ConsoleScreen):
         elif error is not None:
             self.say(f"{pane.title}: the server refused this listing: {error}", "error")
             self.redraw()
-        if self.is_mounted:
-            self.kick(pane)
 
     # -- keys --------------------------------------------------------------------------------
 

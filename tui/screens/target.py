@@ -12,7 +12,7 @@ import contextlib
 from typing import Any
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -23,10 +23,12 @@ from textual.widgets import Collapsible, DataTable, Static, TabbedContent, TabPa
 from alarmtop.tui.columns import AUDIT, FAULTS
 from alarmtop.tui.detail import callbacks_text, history_cells, saga_text, summary_text
 from alarmtop.tui.formatting import clock_text, first_line, pretty_json
+from alarmtop.tui.paging import RefreshGate
 from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.alarms import attempts_text
 from alarmtop.tui.screens.listed import ListPane, ListScreen
 from alarmtop.tui.screens.lists import ok_style
+from alarmtop.tui.screens.loader import Loader
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.table import ConsoleTable
 
@@ -83,6 +85,7 @@ class TargetScreen(ActionsMixin, ListScreen):
         self._events_shown = -1
         self._mine: list[dict[str, Any]] = []  # the events shown, top first
         self._collapsed_set = False
+        self.loads = Loader(self, self.load, RefreshGate(), "target", paced=False)
 
     def make_panes(self) -> list[ListPane]:
         target = (("target", self.target),)
@@ -138,18 +141,22 @@ class TargetScreen(ActionsMixin, ListScreen):
 
     def state_changed(self, state: ConsoleState) -> None:
         super().state_changed(state)
-        versions = (state.versions["alarms"], state.versions["executions"],
-                    state.versions["objects"])
+        kinds = ("executions",) if self.kind == "execution" else ("alarms", "objects")
+        versions = tuple(state.versions[k] for k in kinds)
         if versions != self._versions:
             self._versions = versions
-            self.load()
+            self.loads.ask()  # at most every half second under a busy feed
 
     def reload(self) -> None:
         super().reload()
-        self.load()
+        self.loads.ask(urgent=True)
 
-    @work(exclusive=True, group="target")
+    def on_screen_suspend(self) -> None:
+        super().on_screen_suspend()
+        self.loads.stop()
+
     async def load(self) -> None:
+        """The target itself (`loads` runs it, one at a time)."""
         if self.kind == "execution":
             self.execution = await self.console.fetch("execution", execution_id=self.target)
             self.alarm = None
