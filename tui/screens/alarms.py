@@ -19,10 +19,12 @@ PAGE = 100
 ALARM_KINDS = ("alarms",)
 
 
-def attempts_text(row: dict[str, Any] | None, now_ms: int) -> Text:
+def attempts_text(row: dict[str, Any] | None, now_ms: int, in_list: bool = True) -> Text:
+    """The alarm and every attempt; `in_list`: in a list view's side pane (with the
+    alarm's name, and how to see the rest)."""
     if row is None:
         return Text("select an alarm to see its attempts", style="dim")
-    out = Text(f"{row['object']}\n", style="bold")
+    out = Text(f"{row['object']}\n", style="bold") if in_list else Text()
     out.append(f"state {row['state']}  retry {row['retry_count']}/{row['max_retries']}  "
                f"scheduled {relative(row.get('scheduled_ms'), now_ms)}\n\n")
     for i, a in enumerate(row.get("attempts") or [], start=1):
@@ -32,7 +34,8 @@ def attempts_text(row: dict[str, Any] | None, now_ms: int) -> Text:
         out.append(first_line(a.get("error"), 70) + "\n", style="red")
     if not row.get("attempts"):
         out.append("no failed attempt", style="dim")
-    out.append("\n\nenter: events, faults and audit of this object", style="dim")
+    if in_list:
+        out.append("\n\nenter: events, faults and audit of this object", style="dim")
     return out
 
 

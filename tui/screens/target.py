@@ -187,7 +187,7 @@ class TargetScreen(ActionsMixin, ListScreen):
         if self.alarm is None:
             out.append("no alarm set\n", style="dim")
         else:
-            out.append_text(attempts_text(self.alarm, now_ms))
+            out.append_text(attempts_text(self.alarm, now_ms, in_list=False))
         self.query_one("#target-summary", Static).update(out)
 
     def _draw_execution(self, now_ms: int) -> None:
