@@ -19,7 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from alarmtop.core import AlarmStatus, Runtime
+from alarmtop.core.durable.context import decode_callback_id
+from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError
+from alarmtop.server.listing import (
+    MAX_SCAN,
+    check_scan,
+    check_sort,
+    contains,
+    is_default,
+    sort_rows,
+    window,
+)
 from alarmtop.server.wire import OPS, Command, Hello, ProtocolError, split_object
 
 DEFAULT_PAGE = 50
@@ -161,13 +172,22 @@ class OpsService:
 
     async def alarms(self, args: dict[str, Any]) -> Any:
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
-        state, contains = args.get("state"), args.get("filter")
+        state, text = args.get("state"), args.get("filter")
         if state is not None and state not in ALARM_STATES:
             raise ProtocolError(f"alarms: state is one of {', '.join(ALARM_STATES)}, "
                                 f"not {state!r}")
-        rows = await self.rt.alarms(limit, offset, state=state, contains=contains)
-        total = await self.rt.backend.alarm_index.count(state, contains)
-        return {"rows": [alarm_row(r) for r in rows], "offset": offset, "total": total}
+        sort, desc = check_sort("alarms", args.get("sort")), bool(args.get("desc"))
+        if is_default("alarms", sort, desc):
+            rows = [alarm_row(r) for r in await self.rt.alarms(limit, offset, state=state,
+                                                                contains=text)]
+            total = await self.rt.backend.alarm_index.count(state, text)
+        else:
+            total = await self.rt.backend.alarm_index.count(state, text)
+            check_scan("alarms", total, f"sorting by {sort}")
+            every = [alarm_row(r) for r in await self.rt.alarms(None, 0, state=state,
+                                                                 contains=text)]
+            rows = window(sort_rows("alarms", every, sort, desc), offset, limit)
+        return {"rows": rows, "offset": offset, "total": total}
 
     async def _alarm(self, args: dict[str, Any]) -> Any:
         cls, name = split_object(args["object"])
@@ -175,34 +195,104 @@ class OpsService:
         return None if status is None else alarm_row(status)
 
     async def objects(self, args: dict[str, Any]) -> Any:
+        """Every object the runtime knows of: with storage, resident, with an alarm, or an
+        execution (class `Execution`). Built from those four sources per query and
+        bounded (`MAX_SCAN`): when there are more alarms or executions than that, the
+        objects known only by them are left out and `note` says so."""
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
-        contains = args.get("filter")
+        text = args.get("filter")
+        sort, desc = check_sort("objects", args.get("sort")), bool(args.get("desc"))
         resident = set(self.rt.resident_objects())
-        keys = await self.rt.backend.list_objects(limit, offset, contains)
-        rows = []
-        for cls, name in keys:
-            status = await self.rt.scheduler.lookup((cls, name))
-            rows.append({"object": f"{cls}/{name}", "resident": (cls, name) in resident,
-                         "sockets": self.rt.sockets.count((cls, name)),
-                         "alarm_ms": None if status is None else status.user_view(),
-                         "alarm_state": None if status is None else status.state.value})
-        return {"rows": rows, "offset": offset, "resident": len(resident),
-                "total": await self.rt.backend.count_objects()}
+        stored = set(await self.rt.backend.list_objects(10**9, 0, text))
+        known = stored | {k for k in resident if contains(text, f"{k[0]}/{k[1]}")}
+        notes = []
+        alarm_total = await self.rt.backend.alarm_index.count(None, text)
+        if alarm_total <= MAX_SCAN:
+            known |= {(a.object_class, a.object_name)
+                      for a in await self.rt.alarms(None, 0, contains=text)}
+        else:
+            notes.append(f"objects with only an alarm are left out ({alarm_total:,} alarms)")
+        counts = await self.rt.executions.counts()
+        if sum(counts.values()) <= MAX_SCAN:
+            known |= {(EXECUTION_CLASS, r["execution_id"])
+                      for r in await self.rt.executions.list(None, MAX_SCAN, 0)
+                      if contains(text, f"{EXECUTION_CLASS}/{r['execution_id']}")}
+        else:
+            notes.append("executions are left out (too many to go through)")
+        keys = sorted(known)
+
+        async def row(key: tuple[str, str]) -> dict[str, Any]:
+            status = await self.rt.scheduler.lookup(key)
+            return {"object": f"{key[0]}/{key[1]}", "resident": key in resident,
+                    # an execution's log is in the runtime's database, not a file of its own
+                    "storage": key in stored or key[0] == EXECUTION_CLASS,
+                    "sockets": self.rt.sockets.count(key),
+                    "alarm_ms": None if status is None else status.user_view(),
+                    "alarm_state": None if status is None else status.state.value}
+
+        if is_default("objects", sort, desc):
+            rows = [await row(k) for k in window(keys, offset, limit)]
+        else:
+            check_scan("objects", len(keys), f"sorting by {sort}")
+            every = [await row(k) for k in keys]
+            rows = window(sort_rows("objects", every, sort, desc), offset, limit)
+        out: dict[str, Any] = {"rows": rows, "offset": offset, "resident": len(resident),
+                               "total": len(keys)}
+        if notes:
+            out["note"] = "; ".join(notes)
+        return out
 
     async def executions(self, args: dict[str, Any]) -> Any:
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
-        rows = await self.rt.executions.list(args.get("status"), limit, offset)
-        return {"rows": rows, "offset": offset, "counts": await self.rt.executions.counts()}
+        status, text = args.get("status"), args.get("filter")
+        sort, desc = check_sort("executions", args.get("sort")), bool(args.get("desc"))
+        counts = await self.rt.executions.counts()
+        total = counts.get(status, 0) if status else sum(counts.values())
+        if is_default("executions", sort, desc) and not text:
+            rows = await self.rt.executions.list(status, limit, offset)
+        else:
+            check_scan("executions", total, "a filter or a sort")
+            every = [r for r in await self.rt.executions.list(status, MAX_SCAN, 0)
+                     if contains(text, f"{r['name']}/{r['execution_id']}")]
+            total = len(every)
+            rows = window(sort_rows("executions", every, sort, desc), offset, limit)
+        return {"rows": rows, "offset": offset, "counts": counts, "total": total}
 
     async def _execution(self, args: dict[str, Any]) -> Any:
         return await self.rt.executions.describe(args["execution_id"])
 
     async def _audit(self, args: dict[str, Any]) -> Any:
-        return {"rows": await self.rt.audit.list(args.get("limit", DEFAULT_PAGE),
-                                                 args.get("offset", 0))}
+        """The audit log, newest first. It is append-only (AUTOINCREMENT, nothing deletes
+        from it), so its newest row's `seq` is how many rows it holds. A callback's
+        target is its opaque id: `execution_id` says whose it is, and `target=` of an
+        execution finds its callbacks' rows too."""
+        limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
+        text, target = args.get("filter"), args.get("target")
+        sort, desc = check_sort("audit", args.get("sort")), args.get("desc", True)
+        newest = await self.rt.audit.list(1, 0)
+        total = int(newest[0]["seq"]) if newest else 0
+        if is_default("audit", sort, desc) and not text and not target:
+            rows = [_audit_row(r) for r in await self.rt.audit.list(limit, offset)]
+        else:
+            check_scan("audit", total, "a filter, a target or a sort")
+            every = [_audit_row(r) for r in await self.rt.audit.list(max(total, 1), 0)]
+            every = [r for r in every if (not target or target in (r["target"],
+                                                                   r.get("execution_id")))
+                     and contains(text, r["action"], r["target"], r.get("execution_id"),
+                                  r["actor"], r["reason"])]
+            total = len(every)
+            rows = window(sort_rows("audit", every, sort, bool(desc)), offset, limit)
+        return {"rows": rows, "offset": offset, "total": total}
 
     async def _faults(self, args: dict[str, Any]) -> Any:
-        return {"rows": self.rt.faults.list()}
+        text, target = args.get("filter"), args.get("target")
+        sort, desc = check_sort("faults", args.get("sort")), bool(args.get("desc"))
+        every = [f for f in self.rt.faults.list() if (not target or f["target"] == target)
+                 and contains(text, f["id"], f["target"], f["kind"], f.get("step"))]
+        offset = args.get("offset", 0)
+        limit = args.get("limit", len(every))
+        rows = window(sort_rows("faults", every, sort, desc), offset, limit)
+        return {"rows": rows, "offset": offset, "total": len(every)}
 
     async def _snapshot(self, args: dict[str, Any]) -> Any:
         return await self.snapshot()
@@ -226,6 +316,12 @@ class OpsService:
                 "alarms": (await self.alarms({"limit": SNAPSHOT_ROWS}))["rows"],
                 "executions": (await self.executions({"limit": SNAPSHOT_ROWS}))["rows"],
                 "faults": self.rt.faults.list()}
+
+
+def _audit_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An audit row, with the execution a callback's opaque id belongs to."""
+    pair = decode_callback_id(row["target"]) if row.get("target") else None
+    return {**row, "execution_id": pair[0]} if pair else row
 
 
 def safe_text(value: Any, limit: int = MAX_AUDIT_TEXT) -> str | None:

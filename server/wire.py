@@ -47,6 +47,7 @@ class Field:
 
 _STR, _INT, _NUM = str, int, (int, float)
 _OPT_STR = Field(str, False)
+_SORTED = {"sort": _OPT_STR, "desc": Field(bool, False)}
 
 # op -> (operator only, fields)
 OPS: dict[str, tuple[bool, dict[str, Field]]] = {
@@ -65,16 +66,20 @@ OPS: dict[str, tuple[bool, dict[str, Field]]] = {
     "resolve": (True, {"execution_id": Field(_STR), "note": Field(_STR), "reason": _OPT_STR}),
     "abort": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
     "hand_to_human": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
+    # Listings page with offset/limit and take `sort` (a column's real value, see
+    # server/listing.py) and `desc`.
     "alarms": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                       "state": _OPT_STR, "filter": _OPT_STR}),
+                       "state": _OPT_STR, "filter": _OPT_STR, **_SORTED}),
     "alarm": (False, {"object": Field(_STR)}),
     "objects": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                        "filter": _OPT_STR}),
+                        "filter": _OPT_STR, **_SORTED}),
     "executions": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                           "status": _OPT_STR}),
+                           "status": _OPT_STR, "filter": _OPT_STR, **_SORTED}),
     "execution": (False, {"execution_id": Field(_STR)}),
-    "audit": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False)}),
-    "faults": (False, {}),
+    "audit": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                      "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
+    "faults": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                       "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
     "snapshot": (False, {}),
 }
 OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)

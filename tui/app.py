@@ -2,33 +2,37 @@
 
 One Screen per view, switched with MODES. The feed is one exclusive worker that
 connects, merges frames into `ConsoleState` and reconnects with backoff when the
-server goes away; the current view redraws from that state when `RedrawPacer`
-says so (at most once per server tick, keys first); the pages the alarms views
-fetch in the background are drawn the same way (`redraw_soon()`). Every view is
-composed once, right after the first one shows, so that a view's first visit
-costs what a later one does. Commands go through `command()`, which refuses in
-read-only mode and shows the server's answer.
+server goes away. The view shown draws when `RedrawPacer` says so (at most once
+per server tick, keys first): the app posts it a `StateChanged` message, which a
+newer one replaces while it waits. List views re-query the window they show
+from the server when a frame touches their kind (`screens/listed.py`). Every view
+is composed once, right after the first one shows, so that a view's first visit
+costs what a later one does. Commands go through `command()`, which refuses for a
+viewer or in read-only mode and names the target in what it says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from textual import events, work
-from textual.app import App, ScreenStackError
+from textual.app import App, ScreenStackError, SystemCommand
 from textual.binding import Binding
-from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widget import AwaitMount
 
 from alarmtop.tui import collector
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
+from alarmtop.tui.commands import console_commands
+from alarmtop.tui.compat import compose_ahead, mode_started, restyle_pending
+from alarmtop.tui.listings import ServerListings
+from alarmtop.tui.messages import Reload, StateChanged
 from alarmtop.tui.pacing import RedrawPacer
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
-from alarmtop.tui.screens.dialogs import TextDialog
+from alarmtop.tui.screens.base import ConsoleScreen
 from alarmtop.tui.screens.executions import ExecutionsScreen
 from alarmtop.tui.screens.lists import (
     AuditScreen,
@@ -38,10 +42,23 @@ from alarmtop.tui.screens.lists import (
     ObjectsScreen,
 )
 from alarmtop.tui.screens.overview import OverviewScreen
+from alarmtop.tui.screens.target import TargetScreen
 from alarmtop.tui.state import ConsoleState
 
 MAX_BACKOFF_S = 10.0
 COMPOSE_GAP_S = 0.02
+# What an operator command did, for its result line: {target} is what it acted on.
+DONE = {"rearm": "re-armed {target}", "fire_now": "fired {target} now",
+        "clear_dead_letter": "cleared the dead letter of {target}",
+        "inject_fault": "injected a fault on {target}", "clear_fault": "removed {target}",
+        "send_callback": "sent a result to {target}",
+        "retry_compensation": "retrying the failed compensation of {target}",
+        "resolve": "resolved {target} by hand", "abort": "aborted {target}",
+        "hand_to_human": "handed {target} to a human"}
+VERB = {"rearm": "re-arm", "fire_now": "fire now", "clear_dead_letter": "clear dead letter",
+        "inject_fault": "inject fault", "clear_fault": "remove", "send_callback": "send",
+        "retry_compensation": "retry compensation", "resolve": "resolve", "abort": "abort",
+        "hand_to_human": "hand to a human"}
 
 
 class AlarmtopApp(App[None]):
@@ -53,6 +70,9 @@ class AlarmtopApp(App[None]):
         "audit": AuditScreen, "events": EventsScreen,
     }
     DEFAULT_MODE = "overview"
+    # Below 120 columns a view's detail pane goes under its table (alarmtop.tcss) and the
+    # footer is compact.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS: ClassVar[list[Any]] = [
         Binding("1", "switch_mode('overview')", "Overview", show=False, id="view-overview"),
         Binding("2", "switch_mode('alarms')", "Alarms", show=False, id="view-alarms"),
@@ -63,25 +83,49 @@ class AlarmtopApp(App[None]):
         Binding("6", "switch_mode('faults')", "Faults", show=False, id="view-faults"),
         Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
         Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
-        Binding("slash", "filter", "Filter", tooltip="Show only objects whose Class/name "
-                "contains a text", id="filter"),
+        # Shown at the right end of every footer (widgets/footer.py), never scrolled away.
         Binding("question_mark", "help", "Help", tooltip="Every key and what it does",
-                id="help"),
-        Binding("q", "quit", "Quit", tooltip="Leave alarmtop", id="quit"),
+                id="help", show=False),
+        Binding("q", "quit", "Quit", tooltip="Leave alarmtop", id="quit", show=False),
     ]
 
-    def __init__(self, client: OpsClient, *, target: str = "", read_only: bool = False) -> None:
+    def __init__(self, client: OpsClient, *, target: str = "", read_only: bool = False,
+                 confirm_actions: bool = True) -> None:
         super().__init__()
         self.client = client
+        self.listings = ServerListings(client)
         self.target = target
-        self.read_only = read_only
+        self.read_only_flag = read_only
+        self.confirm_actions = confirm_actions  # r and n ask first
         self.state = ConsoleState()
-        self.filter_text = ""
         self.pacer = RedrawPacer()
         self._pace_timer: Timer | None = None
         # Snapshots received: one comes after each (re)connect, and pages fetched before
         # it may show data the server no longer has, so views key their pages by it.
         self.snapshots = 0
+
+    # -- who we are ------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        """No action is offered: `--read-only`, or a viewer token (the server would
+        refuse every one)."""
+        return self.read_only_flag or self.state.role == "viewer"
+
+    @property
+    def role_label(self) -> str:
+        if self.state.role == "viewer":
+            return "viewer (read-only)"
+        if self.read_only_flag:
+            return "read-only"
+        return self.state.role or "-"
+
+    def toggle_confirmations(self) -> None:
+        self.confirm_actions = not self.confirm_actions
+        self.notify("re-arm and fire now " + ("ask first" if self.confirm_actions
+                                              else "no longer ask first"))
+
+    # -- start and stop ---------------------------------------------------------------------
 
     def on_mount(self) -> None:
         self.feed()
@@ -94,26 +138,21 @@ class AlarmtopApp(App[None]):
 
         Composing a view on its first visit (its widgets, their styles, its table
         columns) took 40-110 ms of the key that asked for it on a loaded machine; a
-        view composed beforehand is shown as a later visit is. Textual has no public
-        way to start a screen that is not shown, so this puts it where `switch_mode`
-        looks for a mode's screen (Textual 8.x; tests/tui/test_console.py checks it).
-        When those internals are not as expected, views compose on first visit.
+        view composed beforehand is shown as a later visit is (`compat.compose_ahead`).
         """
-        stacks = getattr(self, "_screen_stacks", None)
-        register = getattr(self, "_register", None)
-        if not isinstance(stacks, dict) or register is None:
-            return
-        if self.screen._css_update_count != self._css_update_count:
+        if restyle_pending(self):
             # Textual restyled the app before the first view was mounted, so it restyles
             # everything again when that view is shown again (60-70 ms of the key that
             # goes back to it, on a loaded machine); done now, nobody waits for it.
             self.refresh_css(animate=False)
         for mode, view in self.MODES.items():
-            if mode in stacks or not self.is_running:
+            if mode_started(self, mode) or not self.is_running:
                 continue
             screen: Screen[Any] = view()
-            stacks[mode] = [screen]  # first: a key for this view now finds this screen
-            await AwaitMount(screen, register(self, screen))
+            mounting = compose_ahead(self, mode, screen)
+            if mounting is None:
+                return  # Textual is not as expected: views compose on their first visit
+            await mounting
             if self.current_mode != mode:
                 # Composing focused its table; unfocused, it is focused when first shown,
                 # as on a first visit: the table then says which row is highlighted (the
@@ -136,6 +175,8 @@ class AlarmtopApp(App[None]):
 
         The loop's clock, not `time.monotonic()`: tests freeze the latter (countdowns)."""
         return asyncio.get_running_loop().time()
+
+    # -- the feed and the redraws -------------------------------------------------------------
 
     def _pace(self) -> None:
         """Redraw if the pacer says it is time, then sleep until it will be."""
@@ -161,12 +202,11 @@ class AlarmtopApp(App[None]):
                 await self.client.connect()
                 backoff = 0.5
                 async for frame in self.client.frames():
+                    if frame.get("type") == "snapshot":
+                        self.snapshots += 1  # before the views see it: pages are stale
                     if self.state.apply(frame, time.monotonic()):
                         self.pacer.changed()
                         self._pace()
-                    if frame.get("type") == "snapshot":
-                        self.snapshots += 1
-                        self._reload_view()  # after a reconnect pages may be stale
             except CommandError as exc:  # a bad token will not get better by retrying
                 self.state.connected, self.state.status = False, f"refused: {exc}"
                 self._redraw()
@@ -185,23 +225,21 @@ class AlarmtopApp(App[None]):
         self.pacer.changed()
         self._pace()
 
-    def _redraw(self) -> None:
+    def active_view(self) -> ConsoleScreen | None:
+        """The view the operator sees: the topmost console screen (a dialog over it does
+        not hide it)."""
         try:
-            screen = self.screen
-        except ScreenStackError:  # shutting down: nothing left to draw on
-            return
-        refresh = getattr(screen, "refresh_from", None)
-        if refresh is None or not screen.is_mounted:
-            return  # a view not mounted yet draws itself when it is
-        try:
-            refresh(self.state)
-        except NoMatches:  # its widgets are still being composed: the next tick redraws
-            pass
+            stack = self.screen_stack
+        except ScreenStackError:  # shutting down
+            return None
+        return next((s for s in reversed(stack) if isinstance(s, ConsoleScreen)), None)
 
-    def _reload_view(self) -> None:
-        reload = getattr(self.screen, "reload", None)
-        if reload is not None and self.screen.is_mounted:
-            self.screen.run_worker(reload, exclusive=True, group="reload")
+    def _redraw(self) -> None:
+        view = self.active_view()
+        if view is not None and view.is_mounted:  # not mounted yet: it draws when it is
+            view.post_message(StateChanged(self.state))
+
+    # -- talking to the server ---------------------------------------------------------------
 
     async def fetch(self, op: str, **args: Any) -> Any:
         """A read from the server; None (and a notice) when it fails."""
@@ -212,31 +250,45 @@ class AlarmtopApp(App[None]):
             self.notify(f"{op}: {exc}", severity="warning")
             return None
 
-    async def command(self, op: str, **args: Any) -> Any:
-        """An operator action; shows the server's answer either way."""
+    async def try_command(self, op: str, target: str, /, **args: Any) -> tuple[bool, str]:
+        """An operator action on `target` (what the operator reads, say "Flaky/payments-0"
+        or "fault f1 (...)"): (done, the server's reason when not). What happened is
+        said, naming the target, in a notice and on the status line."""
         if self.read_only:
-            self.notify(f"{op} refused: the console is read-only", severity="error")
-            return None
+            why = "this console is a viewer's" if self.state.role == "viewer" else (
+                "the console is read-only")
+            self._say(f"{VERB.get(op, op)} {target} refused: {why}", "error")
+            return False, why
         try:
-            data = await self.client.request(op, **args)
+            await self.client.request(op, **args)
         except (CommandError, Disconnected, TimeoutError) as exc:
-            self.notify(f"{op} failed: {exc}", severity="error", timeout=8)
-            return None
-        self.notify(f"{op}: ok", severity="information")
-        self._reload_view()
-        return data
+            self._say(f"{VERB.get(op, op)} {target} failed: {exc}", "error")
+            return False, str(exc)
+        self._say(DONE.get(op, op + " {target}").format(target=target), "information")
+        view = self.active_view()
+        if view is not None:
+            view.post_message(Reload())
+        return True, ""
 
-    @work(group="dialogs")
-    async def action_filter(self) -> None:
-        text = await self.push_screen_wait(TextDialog(
-            "Filter by Class/name (empty: show all)", "e.g. LeaseLedger/tenant",
-            self.filter_text, required=False))
-        if text is not None:
-            self.filter_text = text
-            self._redraw()
-            reload = getattr(self.screen, "reload", None)
-            if reload is not None:
-                await reload()
+    async def command(self, op: str, target: str, /, **args: Any) -> bool:
+        return (await self.try_command(op, target, **args))[0]
+
+    def _say(self, text: str, severity: str) -> None:
+        self.notify(text, severity=severity,  # type: ignore[arg-type]
+                    timeout=8 if severity == "error" else 4)
+        view = self.active_view()
+        if view is not None:
+            view.say(text, severity)
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def drill(self, kind: str, target: str) -> None:
+        """Open the detail of an alarm, object or execution over the current view."""
+        self.push_screen(TargetScreen(kind, target))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from console_commands(self, screen)
+        yield from super().get_system_commands(screen)

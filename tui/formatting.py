@@ -5,7 +5,9 @@ No Textual in here, so every rule about what an operator reads is unit-tested.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 STATE_LABEL = {"dead": "DEAD", "retrying": "RETRYING", "running": "RUNNING",
@@ -17,7 +19,10 @@ EXEC_STYLE = {"needs_human": "bold white on magenta", "failed": "bold red",
               "timed_out": "bold red", "aborted": "red", "running": "bold cyan",
               "suspended": "yellow", "succeeded": "green"}
 SAGA_MARK = {"compensated": "✓", "resolved": "✎", "failed": "✗", "compensating": "…",
-             "pending": "·"}
+             "pending": "·", "kept": "●"}
+# kept: the saga ended without compensating the entry (its effect stands, as meant).
+SAGA_STYLE = {"compensated": "green", "resolved": "cyan", "failed": "bold red",
+              "compensating": "yellow", "pending": "", "kept": "blue"}
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -80,15 +85,16 @@ def first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def alarm_cells(row: dict[str, Any], now_ms: int) -> tuple[str, str, str, str, str, str]:
-    """state, object, due in, retry, next try, last error."""
+def alarm_cells(row: dict[str, Any], now_ms: int,
+                error_width: int = 48) -> tuple[str, str, str, str, str, str]:
+    """state, object, due in, retry, next try, last error (cut to `error_width`)."""
     state = alarm_label(row)
     due = "-" if state in ("DEAD", "RETRYING", "NEAR-EXH") else relative(
         row.get("next_attempt_ms"), now_ms)
     nxt = relative(row.get("next_attempt_ms"), now_ms) if state in (
         "RETRYING", "NEAR-EXH") else "-"
     return (state, str(row.get("object", "?")), due, retry_text(row), nxt,
-            first_line(row.get("last_error"), 48))
+            first_line(row.get("last_error"), error_width))
 
 
 def saga_line(stack: Sequence[dict[str, Any]]) -> str:
@@ -105,12 +111,94 @@ def sparkline(values: Sequence[float], width: int = 12) -> str:
     return "".join(SPARK[min(len(SPARK) - 1, int(v / top * (len(SPARK) - 1)))] for v in vals)
 
 
-def execution_cells(row: dict[str, Any], now_ms: int) -> tuple[str, str, str, str]:
-    """status, execution, what it waits on / its saga, updated."""
+def execution_cells(row: dict[str, Any], now_ms: int,
+                    width: int = 160) -> tuple[str, str, str, str]:
+    """status, execution, what it waits on / its saga (cut to `width`), updated."""
     status = str(row.get("status", "?"))
     label = "NEEDS-HUMAN" if status == "needs_human" else status.upper()
     detail = row.get("blocked_on") or ""
     if row.get("saga") and status in ("needs_human", "failed", "aborted"):
-        detail = f"{detail}  saga: {saga_line(row['saga'])}".strip()
-    return (label, f"{row.get('name')}/{row.get('execution_id')}", first_line(detail, 160),
+        # What failed, then the stack; the failure's own message (in parentheses) is in
+        # the detail pane: at the front it pushed the stack out of the column.
+        detail = f"{detail.split(' (', 1)[0]}  saga: {saga_line(row['saga'])}".strip()
+    return (label, f"{row.get('name')}/{row.get('execution_id')}", first_line(detail, width),
             relative(row.get("updated_ms"), now_ms))
+
+
+def object_cells(row: dict[str, Any], now_ms: int,
+                 width: int = 40) -> tuple[str, str, str, str, str, str]:
+    """object (cut to `width`), where, storage, sockets, alarm, alarm state."""
+    return (first_line(str(row.get("object", "?")), width),
+            "resident" if row.get("resident") else "hibernated",
+            "yes" if row.get("storage", True) else "no", str(row.get("sockets", 0)),
+            relative(row.get("alarm_ms"), now_ms), str(row.get("alarm_state") or "-"))
+
+
+def clock_text(ms: int | None) -> str:
+    """HH:MM:SS (UTC) of a time in ms, as an audit or event row shows it."""
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
+
+
+def audit_target(row: dict[str, Any]) -> str:
+    """A callback's opaque id is shown as the execution it belongs to."""
+    if row.get("execution_id"):
+        return f"{row['execution_id']} (callback)"
+    return str(row.get("target") or "-")
+
+
+def audit_cells(row: dict[str, Any],
+                width: int = 40) -> tuple[str, str, str, str, str, str, str]:
+    """when, who, role, action, target, ok, reason (cut to `width`)."""
+    return (clock_text(row.get("at_ms")), str(row.get("actor", "?")), row.get("role") or "-",
+            str(row.get("action", "?")), audit_target(row),
+            "ok" if row.get("ok") else "refused", first_line(row.get("reason"), width))
+
+
+def fault_cells(row: dict[str, Any],
+                width: int = 30) -> tuple[str, str, str, str, str, str]:
+    """id, target, kind, remaining, triggered, step/point/seconds (cut to `width`)."""
+    extra = " ".join(str(v) for v in (row.get("step"), row.get("point"), row.get("seconds"))
+                     if v)
+    return (str(row.get("id")), str(row.get("target")), str(row.get("kind")),
+            "always" if row.get("remaining") is None else str(row["remaining"]),
+            str(row.get("triggered", 0)), first_line(extra, width) if extra else "-")
+
+
+def pretty_json(value: Any, max_lines: int = 12) -> tuple[str, int]:
+    """Indented JSON of `value` cut to `max_lines` (an ellipsis line says how many more),
+    and how many lines the whole has."""
+    lines = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False,
+                       default=str).splitlines()
+    if len(lines) <= max_lines:
+        return "\n".join(lines), len(lines)
+    shown = lines[:max_lines - 1]
+    return "\n".join([*shown, f"… {len(lines) - len(shown)} more lines"]), len(lines)
+
+
+def outcome(detail: dict[str, Any]) -> str:
+    """What an execution came to, beyond its status: the result's own status when it has
+    one (a festival "cancelled" or "streaming"), else the error, else a short result."""
+    result, error = detail.get("result"), detail.get("error")
+    if isinstance(result, dict):
+        for key in ("status", "outcome", "state"):
+            if isinstance(result.get(key), str):
+                return str(result[key])
+    if error:
+        return first_line(f"{error.get('ErrorType')}: {error.get('ErrorMessage')}", 80)
+    if result is None:
+        return "-"
+    return first_line(json.dumps(result, ensure_ascii=False, default=str), 60)
+
+
+def event_time(ev: dict[str, Any]) -> str:
+    """HH:MM:SS.mmm of a history event's ISO `EventTimestamp` ('-' when it has none)."""
+    stamp = ev.get("EventTimestamp")
+    if not isinstance(stamp, str):
+        return "-"
+    try:
+        at = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return stamp[:12]
+    return at.strftime("%H:%M:%S.%f")[:12]

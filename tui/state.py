@@ -3,6 +3,12 @@
 The console never holds everything: it keeps the most urgent alarms the server
 sent (bounded), the executions it was told about, a bounded event log and a
 short history of fire and failure counts for the sparklines.
+
+It also counts, per kind of listing (`KINDS`), the frames that changed something of
+that kind (`versions`): a view re-queries the window it shows from the server when
+the version of its kind moved since its last query. Rows in a delta only say what
+changed; where a row now belongs in a view's order (or whether it belongs at all,
+or which rows came in instead) only the server knows.
 """
 
 from __future__ import annotations
@@ -17,6 +23,34 @@ MAX_ALARMS = 500
 MAX_EXECUTIONS = 500
 MAX_EVENTS = 1000
 HISTORY = 60
+KINDS = ("alarms", "executions", "objects", "faults", "audit", "events")
+# Event types by prefix, and the listings whose rows they change.
+EVENT_KINDS = (("alarm.", ("alarms", "objects")), ("object.", ("objects",)),
+               ("socket.", ("objects",)), ("execution.", ("executions", "objects")),
+               ("operator.", ("audit",)), ("fault.", ("faults",)))
+
+
+def kinds_touched(frame: dict[str, Any], faults_before: list[dict[str, Any]]) -> set[str]:
+    """The listings a frame may have changed (a snapshot: all of them)."""
+    kind = frame.get("type")
+    if kind == "snapshot":
+        return set(KINDS)
+    if kind != "delta":
+        return set()
+    touched: set[str] = set()
+    if frame.get("alarms") or frame.get("alarms_changed"):
+        touched |= {"alarms", "objects"}
+    if frame.get("executions") or frame.get("executions_changed"):
+        touched |= {"executions", "objects"}
+    if "faults" in frame and frame["faults"] != faults_before:
+        touched.add("faults")
+    for ev in frame.get("events", []):
+        touched.add("events")
+        kind_of = str(ev.get("type", ""))
+        for prefix, kinds in EVENT_KINDS:
+            if kind_of.startswith(prefix):
+                touched.update(kinds)
+    return touched
 
 
 @dataclass
@@ -41,6 +75,7 @@ class ConsoleState:
         default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
     lateness: collections.deque[int] = field(  # worst start lateness (ms) per delta
         default_factory=lambda: collections.deque([0] * HISTORY, maxlen=HISTORY))
+    versions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
 
     def advance_local(self, monotonic_s: float) -> None:
         """Move `now_ms` on by the local time passed since the last frame."""
@@ -49,6 +84,8 @@ class ConsoleState:
 
     def apply(self, frame: dict[str, Any], monotonic_s: float | None = None) -> bool:
         """Merge one frame; True when something visible changed."""
+        for touched in kinds_touched(frame, self.faults):
+            self.versions[touched] += 1
         if frame.get("at_ms"):
             self._frame_now, self._frame_at = int(frame["at_ms"]), monotonic_s
         kind = frame.get("type")
@@ -93,13 +130,3 @@ class ConsoleState:
         if len(self.executions) > MAX_EXECUTIONS:
             keep = sorted(self.executions.values(), key=lambda r: -(r.get("updated_ms") or 0))
             self.executions = {r["execution_id"]: r for r in keep[:MAX_EXECUTIONS]}
-
-    def urgent_alarms(self, limit: int = 50, contains: str = "") -> list[dict[str, Any]]:
-        rows = [r for r in self.alarms.values() if contains in r["object"]]
-        return sorted(rows, key=urgency)[:limit]
-
-    def urgent_executions(self, limit: int = 50) -> list[dict[str, Any]]:
-        rank = {"needs_human": 0, "failed": 1, "running": 2, "suspended": 3}
-        return sorted(self.executions.values(),
-                      key=lambda r: (rank.get(r.get("status", ""), 4),
-                                     -(r.get("updated_ms") or 0)))[:limit]

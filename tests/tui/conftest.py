@@ -34,7 +34,7 @@ from tests.conftest import RuntimeFactory
 
 OPERATOR = "operator-token-for-console-tests"
 VIEWER = "viewer-token-for-console-tests"
-SIZE = (160, 45)
+SIZE = (160, 48)
 TICK_S = 0.02
 POLL_S = 0.05
 WAIT_S = 8.0
@@ -96,6 +96,16 @@ def status_text(pilot: Pilot[Any]) -> str:
     return static_text(pilot, "#status")
 
 
+def status_line(pilot: Pilot[Any]) -> str:
+    """What the view's status line says now."""
+    return static_text(pilot, "#status-line")
+
+
+def fixed_keys(pilot: Pilot[Any]) -> str:
+    """The right end of the footer: the view's badge, ^p, ? and q."""
+    return static_text(pilot, "#fixed-keys")
+
+
 async def focus(pilot: Pilot[Any], widget_id: str) -> None:
     """Tab through the active screen until the widget `widget_id` has the focus."""
     for _ in range(12):
@@ -115,12 +125,13 @@ class Harness:
     services: FestivalServices
     apps: list[AlarmtopApp] = field(default_factory=list)
 
-    def console(self, *, read_only: bool = False, token: str | None = None) -> AlarmtopApp:
+    def console(self, *, read_only: bool = False, token: str | None = None,
+                confirm_actions: bool = True) -> AlarmtopApp:
         """A console on the harness's server (operator token unless told otherwise)."""
         client = WebSocketOpsClient(self.server.url, token or self.tokens.operator,
                                     timeout_s=WAIT_S)
         app = AlarmtopApp(client, target=f"test@127.0.0.1:{self.server.port}",
-                          read_only=read_only)
+                          read_only=read_only, confirm_actions=confirm_actions)
         self.apps.append(app)
         return app
 

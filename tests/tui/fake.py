@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -21,12 +22,14 @@ from unittest import mock
 from textual.pilot import Pilot
 from textual.widgets import DataTable, RichLog, Static
 
+from alarmtop.server.listing import check_sort, sort_rows
 from alarmtop.tui.app import AlarmtopApp
 from alarmtop.tui.formatting import urgency
 
 NOW = 1_800_000_000_000  # 2027-01-15 08:00:00 UTC
 TARGET = "demo@127.0.0.1:8765"
-SIZE = (160, 45)
+SIZE = (160, 48)
+SMALL = (80, 24)
 S = 1000  # one second in ms
 FIRES = [3, 5, 8, 12, 9, 6, 4, 7, 11, 14, 10, 6]
 FAILURES = [0, 1, 0, 0, 2, 1, 0, 0, 1, 3, 1, 1]
@@ -106,7 +109,7 @@ AUDIT: list[dict[str, Any]] = [
      "action": "inject_fault", "target": "LeaseLedger/tenant-42", "reason": None, "ok": True},
     {"seq": 2, "at_ms": NOW - 75 * S, "actor": "127.0.0.1:50412", "role": "operator",
      "action": "send_callback", "target": "cb1.WyJoc2YtZGF5MiIsIjQiXQ", "reason": None,
-     "ok": True},
+     "ok": True, "execution_id": "hsf-day2"},
     {"seq": 1, "at_ms": NOW - 95 * S, "actor": "127.0.0.1:50398", "role": "viewer",
      "action": "rearm", "target": "Flaky/payments-7", "reason": "re-armed from the console",
      "ok": False},
@@ -115,6 +118,14 @@ COUNTS: dict[str, Any] = {"alarms": {"dead": 1, "retrying": 2, "pending": 5, "ru
           "near_exhaustion": 1, "objects": 9, "resident": 5,
           "executions": {"needs_human": 1, "suspended": 1, "succeeded": 1},
           "needs_human": 1, "faults": 2}
+
+
+INPUTS: dict[str, Any] = {
+    eid: {"eventId": eid, "startsInSeconds": 3600,
+          "partners": ["radio-one", "streamco", "ticket-hub"]}
+    for eid in ("hsf-day1", "hsf-day2", "hsf-day3")}
+RESULTS: dict[str, Any] = {"hsf-day3": {"status": "streaming", "verdict": "go",
+                                        "stream": "rtmp://streamco/hsf-day3"}}
 
 
 def event(type_: str, seconds_ago: float, **data: Any) -> dict[str, Any]:
@@ -143,10 +154,18 @@ EVENTS = [
 ]
 
 
+def stamp(ms: int) -> str:
+    """An ISO timestamp, as the history model writes `EventTimestamp`."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
 def _history(*entries: tuple[str, str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"EventId": 1, "EventType": "ExecutionStarted"}]
+    """Events 250 ms apart, the first a minute ago."""
+    out: list[dict[str, Any]] = [{"EventId": 1, "EventType": "ExecutionStarted",
+                                  "EventTimestamp": stamp(NOW - 60 * S)}]
     for kind, name in entries:
-        ev: dict[str, Any] = {"EventId": len(out) + 1, "EventType": kind, "Name": name}
+        ev: dict[str, Any] = {"EventId": len(out) + 1, "EventType": kind, "Name": name,
+                              "EventTimestamp": stamp(NOW - 60 * S + 250 * len(out))}
         if kind == "StepFailed":
             ev["StepFailedDetails"] = {
                 "Error": {"Payload": {"ErrorType": "alarmtop.core.faults.InjectedFault",
@@ -240,36 +259,62 @@ class FakeOpsClient:
         return answer(**args)
 
     def _alarms(self, offset: int = 0, limit: int = 50, state: str | None = None,
-                filter: str | None = None) -> dict[str, Any]:
+                filter: str | None = None, sort: str | None = None,
+                desc: bool = False) -> dict[str, Any]:
         rows = [r for r in ALARMS if (state is None or r["state"] == state)
                 and (not filter or filter in r["object"])]
-        return {"rows": rows[offset:offset + limit], "offset": offset, "total": len(rows)}
+        return listed("alarms", rows, offset, limit, sort, desc)
 
-    def _objects(self, offset: int = 0, limit: int = 50,
-                 filter: str | None = None) -> dict[str, Any]:
+    def _alarm(self, object: str) -> dict[str, Any] | None:
+        return next((r for r in ALARMS if r["object"] == object), None)
+
+    def _objects(self, offset: int = 0, limit: int = 50, filter: str | None = None,
+                 sort: str | None = None, desc: bool = False) -> dict[str, Any]:
         by_ref = {a["object"]: a for a in ALARMS}
         rows = [{"object": ref, "resident": resident, "sockets": sockets,
+                 "storage": True,
                  "alarm_ms": by_ref[ref]["scheduled_ms"] if ref in by_ref else None,
                  "alarm_state": by_ref[ref]["state"] if ref in by_ref else None}
                 for ref, resident, sockets in OBJECTS if not filter or filter in ref]
-        return {"rows": rows[offset:offset + limit], "offset": offset,
-                "resident": sum(1 for _, r, _ in OBJECTS if r), "total": len(OBJECTS)}
+        return {**listed("objects", rows, offset, limit, sort, desc),
+                "resident": sum(1 for _, r, _ in OBJECTS if r)}
 
-    def _executions(self, offset: int = 0, limit: int = 50,
-                    status: str | None = None) -> dict[str, Any]:
-        return {"rows": EXECUTIONS[offset:offset + limit], "offset": offset,
+    def _executions(self, offset: int = 0, limit: int = 50, status: str | None = None,
+                    filter: str | None = None, sort: str | None = None,
+                    desc: bool = False) -> dict[str, Any]:
+        rows = [r for r in EXECUTIONS if (status is None or r["status"] == status)
+                and (not filter or filter in f"{r['name']}/{r['execution_id']}")]
+        return {**listed("executions", rows, offset, limit, sort, desc),
                 "counts": COUNTS["executions"]}
 
     def _execution(self, execution_id: str) -> dict[str, Any]:
         row = next(r for r in EXECUTIONS if r["execution_id"] == execution_id)
-        return {**row, **DETAILS[execution_id], "input": {"eventId": execution_id},
-                "result": None, "created_ms": NOW - 60 * S, "ended_ms": None}
+        return {**row, **DETAILS[execution_id], "input": INPUTS[execution_id],
+                "result": RESULTS.get(execution_id), "created_ms": NOW - 60 * S,
+                "ended_ms": NOW - 5 * S if row["status"] == "succeeded" else None}
 
-    def _audit(self, offset: int = 0, limit: int = 50) -> dict[str, Any]:
-        return {"rows": AUDIT[offset:offset + limit]}
+    def _audit(self, offset: int = 0, limit: int = 50, filter: str | None = None,
+               target: str | None = None, sort: str | None = None,
+               desc: bool = True) -> dict[str, Any]:
+        rows = [r for r in AUDIT if (not target or target in (r["target"],
+                                                              r.get("execution_id")))
+                and (not filter or filter in f"{r['action']} {r['target']} {r['actor']}")]
+        return listed("audit", rows, offset, limit, sort, desc)
 
-    def _faults(self) -> dict[str, Any]:
-        return {"rows": FAULTS}
+    def _faults(self, offset: int = 0, limit: int = 50, filter: str | None = None,
+                target: str | None = None, sort: str | None = None,
+                desc: bool = False) -> dict[str, Any]:
+        rows = [f for f in FAULTS if (not target or f["target"] == target)
+                and (not filter or filter in f"{f['id']} {f['target']} {f['kind']}")]
+        return listed("faults", rows, offset, limit, sort, desc)
+
+
+def listed(listing: str, rows: list[dict[str, Any]], offset: int, limit: int,
+           sort: str | None, desc: bool) -> dict[str, Any]:
+    """A page of `rows` in the order the server would give (its own sorting rules)."""
+    if sort is not None:
+        rows = sort_rows(listing, rows, check_sort(listing, sort), desc)
+    return {"rows": rows[offset:offset + limit], "offset": offset, "total": len(rows)}
 
 
 @contextlib.contextmanager
@@ -316,13 +361,19 @@ async def _idle_workers(pilot: Pilot[Any]) -> None:
                                    for w in pilot.app.workers), "the console's workers")
 
 
-def _scene(key: str, ready: Callable[[Pilot[Any]], object]) -> Callable[[Pilot[Any]],
-                                                                        Awaitable[None]]:
+def _scene(keys: str | tuple[str, ...], ready: Callable[[Pilot[Any]], object],
+           between: Callable[[Pilot[Any]], object] = lambda p: True
+           ) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """Press `keys` (waiting for `between` between two), then wait for `ready`."""
     async def run_before(pilot: Pilot[Any]) -> None:
         await fed(pilot)
-        if key:
-            await pilot.press(key)
-        await until(pilot, lambda: ready(pilot), f"the view behind {key or 'start'}")
+        pressed = (keys,) if isinstance(keys, str) else keys
+        for i, key in enumerate(pressed):
+            if key:
+                await pilot.press(key)
+            if i < len(pressed) - 1:
+                await until(pilot, lambda: between(pilot), f"the view after {key}")
+        await until(pilot, lambda: ready(pilot), f"the view behind {keys or 'start'}")
         await _idle_workers(pilot)
         await pilot.pause()
     return run_before
@@ -331,23 +382,44 @@ def _scene(key: str, ready: Callable[[Pilot[Any]], object]) -> Callable[[Pilot[A
 @dataclass(frozen=True)
 class Scene:
     name: str  # also the screenshot's file name
+    what: str  # what the picture shows
     run_before: Callable[[Pilot[Any]], Awaitable[None]]
 
 
+def _detail_ready(p: Pilot[Any]) -> bool:
+    screen = p.app.screen
+    return type(screen).__name__ == "TargetScreen" and "outcome" in text_of(
+        p, "#target-summary") and "saga stack" in text_of(p, "#target-saga")
+
+
 SCENES = [
-    Scene("overview", _scene("", lambda p: rows(p, "#overview-alarms") == len(ALARMS)
-                             and rows(p, "#overview-executions") == len(EXECUTIONS))),
-    Scene("alarms", _scene("2", lambda p: rows(p, "#alarm-page") == len(ALARMS)
-                           and "#7" in text_of(p, "#attempts"))),
-    Scene("executions", _scene("3", lambda p: rows(p, "#execution-page") == len(EXECUTIONS)
-                               and "saga stack" in text_of(p, "#execution-detail"))),
-    Scene("objects", _scene("4", lambda p: rows(p, "#object-page") == len(OBJECTS))),
-    Scene("dead-letters", _scene("5", lambda p: rows(p, "#alarm-page") == 1
-                                 and "#7" in text_of(p, "#attempts"))),
-    Scene("faults", _scene("6", lambda p: rows(p, "#fault-table") == len(FAULTS))),
-    Scene("audit", _scene("7", lambda p: rows(p, "#audit-table") == len(AUDIT))),
-    Scene("events", _scene("8", lambda p: len(p.app.screen.query_one(RichLog).lines)
-                           == len(EVENTS))),
-    Scene("help", _scene("question_mark", lambda p: type(p.app.screen).__name__
-                         == "HelpScreen")),
+    Scene("overview", "header counts and sparklines, alarms by urgency (dead, near "
+          "exhaustion, retrying, then soonest due), the needs-human saga first",
+          _scene("", lambda p: rows(p, "#overview-alarms") == len(ALARMS)
+                 and rows(p, "#overview-executions") == len(EXECUTIONS))),
+    Scene("alarms", "the alarms page with the selected dead letter's seven attempts",
+          _scene("2", lambda p: rows(p, "#alarm-page") == len(ALARMS)
+                 and "#7" in text_of(p, "#attempts"))),
+    Scene("executions", "executions with the needs-human festival's detail: outcome, "
+          "input, saga stack, callbacks, history",
+          _scene("3", lambda p: rows(p, "#execution-page") == len(EXECUTIONS)
+                 and "saga stack" in text_of(p, "#execution-detail-text"))),
+    Scene("execution-detail", "enter on the needs-human festival: the whole execution, "
+          "scrollable, with its history, events, faults and audit rows in tabs",
+          _scene(("3", "enter"), _detail_ready, lambda p: rows(p, "#execution-page") > 0)),
+    Scene("objects", "objects: resident or hibernated, storage, sockets, alarm and state",
+          _scene("4", lambda p: rows(p, "#object-page") == len(OBJECTS))),
+    Scene("dead-letters", "dead letters only, with the attempts of the selected one",
+          _scene("5", lambda p: rows(p, "#alarm-page") == 1
+                 and "#7" in text_of(p, "#attempts"))),
+    Scene("faults", "active faults: an always-on compensation failure and a counted one",
+          _scene("6", lambda p: rows(p, "#fault-table") == len(FAULTS))),
+    Scene("audit", "the audit log: when, who, role, action, target (a callback shown as "
+          "its execution), ok or refused, reason",
+          _scene("7", lambda p: rows(p, "#audit-table") == len(AUDIT))),
+    Scene("events", "the live event log, failures in red and retries in yellow",
+          _scene("8", lambda p: len(p.app.screen.query_one(RichLog).lines) == len(EVENTS))),
+    Scene("help", "the help over the overview: every key and what it does",
+          _scene("question_mark", lambda p: type(p.app.screen).__name__ == "HelpScreen")),
 ]
+SIZES = {"": SIZE, "-80x24": SMALL}  # screenshot name suffix: terminal size

@@ -1,4 +1,5 @@
-"""Save the console's screenshots (the scenes of the snapshot tests) as SVG files.
+"""Save the console's screenshots (the scenes of the snapshot tests, at 160x48 and at
+80x24) as SVG files.
 
     python -m tests.tui.make_screenshots            # into ./screenshots/
     python -m tests.tui.make_screenshots OUT_DIR
@@ -14,15 +15,15 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tests.tui.fake import SCENES, SIZE, Scene, fake_console, frozen_console_clock
+from tests.tui.fake import SCENES, SIZES, Scene, fake_console, frozen_console_clock
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "screenshots"
 
 
-async def save(scene: Scene, out_dir: Path) -> Path:
+async def save(scene: Scene, suffix: str, out_dir: Path) -> Path:
     """Run the console on the fake backend, reach the scene, save its SVG."""
     app = fake_console()
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=SIZES[suffix]) as pilot:
         await scene.run_before(pilot)
         # The same settling as pytest-textual-snapshot before it takes its picture.
         await pilot.pause()
@@ -30,7 +31,7 @@ async def save(scene: Scene, out_dir: Path) -> Path:
         await pilot.pause()
         # save_screenshot() without simplification draws the same picture in more bytes;
         # simplify as pytest-textual-snapshot does, so the files equal the snapshots.
-        path = out_dir / f"{scene.name}.svg"
+        path = out_dir / f"{scene.name}{suffix}.svg"
         path.write_text(app.export_screenshot(simplify=True), encoding="utf-8")
         # Leave with nothing in flight (the fake sends nothing after its fixed frames).
         app.workers.cancel_group(app, "feed")
@@ -40,7 +41,7 @@ async def save(scene: Scene, out_dir: Path) -> Path:
 async def save_all(out_dir: Path) -> list[Path]:
     """Every scene into `out_dir` (which must exist)."""
     with frozen_console_clock():
-        return [await save(scene, out_dir) for scene in SCENES]
+        return [await save(scene, suffix, out_dir) for scene in SCENES for suffix in SIZES]
 
 
 def main(argv: list[str]) -> int:

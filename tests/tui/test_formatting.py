@@ -15,10 +15,17 @@ from alarmtop.tui.formatting import (
     STATE_STYLE,
     alarm_cells,
     alarm_label,
+    audit_cells,
+    clock_text,
     count,
     duration,
+    event_time,
     execution_cells,
+    fault_cells,
     first_line,
+    object_cells,
+    outcome,
+    pretty_json,
     relative,
     retry_text,
     saga_line,
@@ -188,7 +195,10 @@ def test_saga_line_marks_each_entry() -> None:
         "x ✎ resolved | y … compensating")
     assert saga_line([{"name": "z", "state": "mystery"}]) == "z ? mystery"
     assert saga_line([]) == "-"
-    assert set(SAGA_MARK) == {"compensated", "resolved", "failed", "compensating", "pending"}
+    # every state of DESIGN section 5, kept included (the saga ended without compensating)
+    assert set(SAGA_MARK) == {"compensated", "resolved", "failed", "compensating", "pending",
+                              "kept"}
+    assert saga_line([{"name": "k", "state": "kept"}]) == "k ● kept"
 
 
 def test_sparkline_scales_to_the_highest_value() -> None:
@@ -212,9 +222,11 @@ def test_sparkline_keeps_the_last_width_values() -> None:
 
 
 def test_execution_cells_for_a_needs_human_saga() -> None:
-    """NEEDS-HUMAN, Name/id, what it waits on followed by its saga stack, last update."""
+    """NEEDS-HUMAN, Name/id, what it waits on followed by its saga stack, last update; the
+    failure's message (in parentheses) is left to the detail pane."""
     r = {"execution_id": "hsf-day2", "name": "festival-stream", "status": "needs_human",
-         "blocked_on": "needs a human: compensate_open_viewing_page failed",
+         "blocked_on": "needs a human: compensate_open_viewing_page failed (injected fault "
+                       "f1 (compensation_fail) on hsf-day2/compensate_open_viewing_page)",
          "updated_ms": NOW - 3 * S, "saga": STACK}
     assert execution_cells(r, NOW) == (
         "NEEDS-HUMAN", "festival-stream/hsf-day2",
@@ -245,3 +257,67 @@ def test_execution_cells_cut_a_long_detail() -> None:
     detail = execution_cells(r, NOW)[2]
     assert len(detail) == 160 and detail.endswith("…")
     assert execution_cells(r, NOW)[3] == "-"
+
+
+# -- the other listings' cells -----------------------------------------------------------
+
+
+def test_object_cells() -> None:
+    row = {"object": "Flaky/p-1", "resident": False, "storage": False, "sockets": 2,
+           "alarm_ms": NOW + 3_100, "alarm_state": "retrying"}
+    assert object_cells(row, NOW) == ("Flaky/p-1", "hibernated", "no", "2", "in 3.1s",
+                                      "retrying")
+    bare = {"object": "Execution/e1", "resident": True, "sockets": 0, "alarm_ms": None,
+            "alarm_state": None}
+    assert object_cells(bare, NOW)[1:] == ("resident", "yes", "0", "-", "-")
+
+
+def test_audit_cells_show_a_callbacks_execution() -> None:
+    row = {"seq": 2, "at_ms": 1_800_000_000_000, "actor": "127.0.0.1:50412",
+           "role": "operator", "action": "send_callback", "target": "cb1.WyJoc2Yi",
+           "execution_id": "hsf-day2", "reason": None, "ok": True}
+    assert audit_cells(row) == ("08:00:00", "127.0.0.1:50412", "operator", "send_callback",
+                                "hsf-day2 (callback)", "ok", "-")
+    refused = {**row, "execution_id": None, "target": "Flaky/p-7", "ok": False,
+               "reason": "x" * 60}
+    cells = audit_cells(refused, width=20)
+    assert cells[4:6] == ("Flaky/p-7", "refused") and len(cells[6]) == 20
+
+
+def test_fault_cells() -> None:
+    row = {"id": "f1", "target": "hsf-day2", "kind": "step_crash", "remaining": None,
+           "triggered": 3, "step": "reserve", "point": "B", "seconds": None}
+    assert fault_cells(row) == ("f1", "hsf-day2", "step_crash", "always", "3", "reserve B")
+    assert fault_cells({**row, "remaining": 2, "step": None, "point": None})[3:] == (
+        "2", "3", "-")
+
+
+def test_pretty_json_is_indented_sorted_and_cut() -> None:
+    assert pretty_json({"b": 1, "a": [1, 2]}) == (
+        '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}', 7)
+    text, lines = pretty_json({f"k{i:02d}": i for i in range(20)}, max_lines=5)
+    assert lines == 22 and text.splitlines()[-1] == "… 18 more lines"
+    assert len(text.splitlines()) == 5
+    assert pretty_json(None) == ("null", 1)
+
+
+def test_outcome_reads_the_result_then_the_error() -> None:
+    assert outcome({"result": {"status": "cancelled", "verdict": "cancel"}}) == "cancelled"
+    assert outcome({"result": None, "error": {"ErrorType": "Aborted",
+                                              "ErrorMessage": "venue gone"}}) == (
+        "Aborted: venue gone")
+    assert outcome({"result": 42}) == "42"
+    assert outcome({"result": None}) == "-"
+
+
+def test_event_time_of_an_iso_timestamp() -> None:
+    assert event_time({"EventTimestamp": "2027-01-15T08:00:01.250+00:00"}) == "08:00:01.250"
+    assert event_time({"EventTimestamp": "2027-01-15T08:00:01Z"}) == "08:00:01.000"
+    assert event_time({}) == "-"
+    assert event_time({"EventTimestamp": "yesterday"}) == "yesterday"
+
+
+def test_clock_text_and_a_wide_last_error() -> None:
+    assert clock_text(1_800_000_000_000) == "08:00:00" and clock_text(None) == "-"
+    error = "RuntimeError: " + "downstream unavailable " * 8
+    assert len(alarm_cells(row("F/p", "dead", error=error), NOW, error_width=150)[5]) > 48

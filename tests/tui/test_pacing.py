@@ -89,13 +89,13 @@ async def test_a_burst_of_frames_is_drawn_once_not_once_per_frame(
     shows two states of the console at most (the first frame's, drawn at once, and the
     last one's), not each frame's. (Countdown redraws, on a slow machine, repeat one.)"""
     drawn: list[int] = []
-    original = OverviewScreen.refresh_from
+    original = OverviewScreen.draw
 
-    def refresh_from(self: OverviewScreen, state: Any) -> None:
+    def draw(self: OverviewScreen, state: Any) -> None:
         drawn.append(state.seq)
         original(self, state)
 
-    monkeypatch.setattr(OverviewScreen, "refresh_from", refresh_from)
+    monkeypatch.setattr(OverviewScreen, "draw", draw)
     with frozen_console_clock():
         app = fake_console()
         async with app.run_test(size=SIZE) as pilot:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from alarmtop.tui.state import HISTORY, MAX_ALARMS, MAX_EVENTS, MAX_EXECUTIONS, ConsoleState
+from alarmtop.tui.state import (
+    HISTORY,
+    KINDS,
+    MAX_ALARMS,
+    MAX_EVENTS,
+    MAX_EXECUTIONS,
+    ConsoleState,
+    kinds_touched,
+)
 
 NOW = 1_800_000_000_000
 
@@ -166,30 +174,45 @@ def test_an_unknown_frame_changes_nothing() -> None:
     assert set(s.alarms) == {"A/a"} and s.seq == 4
 
 
-def test_urgent_alarms_filter_and_limit() -> None:
-    """The overview's rows: most urgent first, filtered by Class/name text, limited."""
+def test_a_snapshot_touches_every_kind() -> None:
+    """After a (re)connect every listing may have changed: every version moves."""
     s = ConsoleState()
-    s.apply(snapshot(alarms=[alarm("L/tenant-2", due=NOW + 2), alarm("L/tenant-1", due=NOW + 1),
-                             alarm("F/payments-7", "dead"), alarm("C/home", "retrying")]), 1.0)
-    assert [r["object"] for r in s.urgent_alarms()] == [
-        "F/payments-7", "C/home", "L/tenant-1", "L/tenant-2"]
-    assert [r["object"] for r in s.urgent_alarms(contains="tenant")] == [
-        "L/tenant-1", "L/tenant-2"]
-    assert [r["object"] for r in s.urgent_alarms(limit=2)] == ["F/payments-7", "C/home"]
+    s.apply(snapshot(), 1.0)
+    assert s.versions == dict.fromkeys(KINDS, 1)
 
 
-def test_urgent_executions_put_needs_human_first() -> None:
-    """Needs-human, failed, running, suspended, then the rest; newest first in a rank."""
+def test_a_delta_touches_the_kinds_of_what_it_carries() -> None:
+    """Changed alarm rows touch alarms and objects; an operator event touches the audit
+    log; fault events and a changed fault list touch faults; any event the event log."""
     s = ConsoleState()
-    s.apply(snapshot(executions=[execution("ok", "succeeded", NOW + 9),
-                                 execution("wait", "suspended", NOW + 8),
-                                 execution("run-old", "running", NOW + 1),
-                                 execution("run-new", "running", NOW + 7),
-                                 execution("bad", "failed", NOW),
-                                 execution("human", "needs_human", NOW)]), 1.0)
-    assert [r["execution_id"] for r in s.urgent_executions()] == [
-        "human", "bad", "run-new", "run-old", "wait", "ok"]
-    assert len(s.urgent_executions(limit=2)) == 2
+    s.apply(snapshot(), 1.0)
+    before = dict(s.versions)
+    s.apply(delta(5, alarms=[alarm("A/a", "dead")], events=[]), 1.1)
+    moved = {k for k in KINDS if s.versions[k] != before[k]}
+    assert moved == {"alarms", "objects"}
+    before = dict(s.versions)
+    s.apply(delta(6, events=[{"type": "operator.rearm", "at_ms": NOW, "data": {}}]), 1.2)
+    assert {k for k in KINDS if s.versions[k] != before[k]} == {"audit", "events"}
+    before = dict(s.versions)
+    s.apply(delta(7, faults=[{"id": "f1"}], events=[]), 1.3)
+    assert {k for k in KINDS if s.versions[k] != before[k]} == {"faults"}
+    before = dict(s.versions)
+    s.apply(delta(8, faults=[{"id": "f1"}], events=[]), 1.4)  # the same faults again
+    assert s.versions == before
+
+
+def test_kinds_touched_by_event_types() -> None:
+    """Events name what they change, by their type's prefix."""
+    def kinds(*types: str) -> set[str]:
+        return kinds_touched({"type": "delta", "events": [
+            {"type": t, "at_ms": 0, "data": {}} for t in types]}, [])
+    assert kinds("object.hibernated") == {"objects", "events"}
+    assert kinds("socket.opened") == {"objects", "events"}
+    assert kinds("execution.needs_human") == {"executions", "objects", "events"}
+    assert kinds("fault.injected") == {"faults", "events"}
+    assert kinds("alarm.dead") == {"alarms", "objects", "events"}
+    assert kinds("viewer.connected") == {"events"}
+    assert kinds_touched({"type": "welcome"}, []) == set()
 
 
 def test_lateness_history_keeps_the_worst_fire_of_each_delta() -> None:

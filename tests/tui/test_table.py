@@ -125,3 +125,120 @@ async def test_a_table_cleared_behind_its_back_is_refilled() -> None:
         table.clear()
         table.show(ROWS)
         assert [str(k.value) for k in table.rows] == ["a", "b", "c"]
+
+
+class Recording(TableApp):
+    def __init__(self) -> None:
+        super().__init__()
+        self.left: list[tuple[str, str | None]] = []
+
+    def on_console_table_selection_left(self, event: ConsoleTable.SelectionLeft) -> None:
+        self.left.append((event.left, event.now))
+
+
+async def test_the_cursor_follows_its_row_as_rows_re_sort() -> None:
+    """Identity, not position: the operator chose b; b moves from line 1 to line 2 and
+    the cursor goes with it, without a word; nothing left."""
+    app = Recording()
+    async with app.run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.focus()
+        await pilot.press("down")  # the operator's choice
+        assert table.pinned and table.selected == "b"
+        table.show([ROWS[0], ROWS[2], ROWS[1]])
+        assert table.selected == "b" and table.cursor_row == 2
+        await pilot.pause()
+        assert app.left == []
+
+
+async def test_a_row_that_leaves_moves_the_cursor_to_its_line_and_says_so() -> None:
+    """The chosen row goes: the cursor takes the row now on its line, the table says so
+    once, and the cursor keeps its line from then on (the new row was nobody's
+    choice)."""
+    app = Recording()
+    async with app.run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.move_cursor(row=1)
+        table.pin()
+        table.show([ROWS[0], ROWS[2]])
+        assert table.selected == "c" and not table.pinned
+        table.show([ROWS[2], ROWS[0]])
+        assert table.selected == "a"  # its line, not c
+        table.show([])
+        await pilot.pause()
+        assert app.left == [("b", "c")]
+
+
+async def test_before_any_choice_the_cursor_keeps_the_top_line() -> None:
+    """Like `top`: left alone, the cursor is on the most urgent row, whichever it is."""
+    async with Recording().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.show([ROWS[2], ROWS[0], ROWS[1]])
+        assert table.cursor_row == 0 and table.selected == "c"
+
+
+async def test_after_a_page_move_the_cursor_keeps_its_line_quietly() -> None:
+    app = Recording()
+    async with app.run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        table.move_cursor(row=2)
+        table.pin()
+        table.show([("x", ("PENDING", "-")), ("y", ("PENDING", "-")), ("z", ("PENDING", "-"))],
+                   follow=False)
+        assert table.selected == "z"
+        table.show([ROWS[0], ROWS[1]], announce=False)  # a new filter: no "left" either
+        await pilot.pause()
+        assert app.left == []
+
+
+async def test_columns_cut_long_text_with_an_ellipsis_and_rebuild_only_on_change() -> None:
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.set_columns([("state", 10), ("due in", 6)])
+        table.show([("a", ("PENDING", "in 59m54s"))])
+        assert str(table.get_row("a")[1]) == "in 59…"
+        table.move_cursor(row=0)
+        before = list(table.columns)
+        table.set_columns([("state", 10), ("due in", 6)])
+        assert list(table.columns) == before  # the same columns: nothing rebuilt
+        table.set_columns([("state ▲", 10), ("due in", 12)])
+        assert str(table.get_row("a")[1]) == "in 59m54s"  # rows kept, cut to the new width
+        assert [str(c.label) for c in table.columns.values()] == ["state ▲", "due in"]
+
+
+async def test_home_and_end_go_to_the_first_and_last_row_not_sideways() -> None:
+    async with TableApp().run_test(size=(60, 8)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show([(str(i), ("PENDING", f"in {i}s")) for i in range(30)])
+        table.focus()
+        await pilot.press("end")
+        assert table.cursor_row == 29 and table.scroll_x == 0
+        await pilot.press("home")
+        assert table.cursor_row == 0
+
+
+async def test_text_that_looks_like_markup_is_drawn_as_it_is() -> None:
+    """An error message is the user's text: "[/]" in it made the DataTable's markup
+    parser raise while drawing, and "[bold]" turned into a style."""
+    async with TableApp().run_test(size=(60, 6)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.set_columns([("state", 10), ("error", 40)])
+        table.show([("a", ("DEAD", "KeyError: closing tag [/] here")),
+                    ("b", ("DEAD", "see [bold]this[/bold]"))])
+        await pilot.pause()
+        lines = ["".join(seg.text for seg in table.render_line(y)) for y in range(3)]
+        assert "closing tag [/] here" in lines[1] and "see [bold]this[/bold]" in lines[2]
+
+
+async def test_a_click_chooses_the_row() -> None:
+    async with TableApp().run_test(size=(60, 8)) as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        await pilot.pause()
+        assert not table.pinned
+        await pilot.click(ConsoleTable, offset=(3, 3))  # the header, a, b, c: c
+        assert table.pinned and table.selected == "c"

@@ -9,6 +9,7 @@ process, not for a timer of ours.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ import pytest
 TMUX = shutil.which("tmux")
 ALARMTOP = shutil.which("alarmtop", path=str(Path(sys.executable).parent)) or shutil.which(
     "alarmtop")
-WIDTH, HEIGHT = 160, 45
+WIDTH, HEIGHT = 160, 48
 START_S = 30.0  # the demo's festival needs a few seconds to reach needs-human
+DEAD_S = 75.0  # its first flaky alarm walks 7 attempts over about 32 s to a dead letter
 KEY_S = 10.0
 POLL_S = 0.1
 
@@ -52,6 +54,11 @@ class Terminal:
     def start(self, command: str) -> None:
         done = self.tmux("new-session", "-d", "-s", self.session, "-x", str(WIDTH),
                          "-y", str(HEIGHT), command)
+        assert done.returncode == 0, done.stderr
+
+    def resize(self, width: int, height: int) -> None:
+        done = self.tmux("resize-window", "-t", self.session, "-x", str(width),
+                         "-y", str(height))
         assert done.returncode == 0, done.stderr
 
     def screen(self) -> str:
@@ -131,3 +138,49 @@ def test_demo_console_in_tmux(terminal: Terminal, tmp_path: Path) -> None:
     while terminal.alive() and time.monotonic() < deadline:
         time.sleep(POLL_S)
     assert not terminal.alive()
+
+
+def demo_command(tmp_path: Path, rc_file: Path) -> str:
+    assert ALARMTOP is not None
+    return (f"{shlex.quote(ALARMTOP)} --demo --data-dir "
+            f"{shlex.quote(str(tmp_path / 'demo-data'))}; echo $? > "
+            f"{shlex.quote(str(rc_file))}")
+
+
+def dead_count(screen: str) -> int:
+    """The header's DEAD count."""
+    match = re.search(r"DEAD (\d+)", screen.splitlines()[1])
+    return int(match.group(1)) if match else -1
+
+
+@pytest.mark.timeout(150)
+def test_a_dead_letter_appears_in_view_5_and_the_header_fits_80x24(
+        terminal: Terminal, tmp_path: Path) -> None:
+    """View 5 opened before the demo's first flaky alarm has died: it shows the dead
+    letter when it dies, without a key, and its count is the header's DEAD. Then at
+    80x24 the first line holds the urgent counts, no line is wider than the terminal,
+    and ? and q are in the footer, in every view."""
+    terminal.start(demo_command(tmp_path, tmp_path / "exit-status"))
+    terminal.wait_for(lambda s: "alarmtop" in s and any(
+        "Flaky/payments-0" in r for r in rows_of(s, "RETRYING")), "the flaky alarm retrying",
+        START_S)
+    terminal.press("5")
+    screen = terminal.wait_for(lambda s: "Dead letters" in s and "0-0 of 0" in s,
+                               "view 5, empty", KEY_S)
+    assert dead_count(screen) == 0, screen
+    screen = terminal.wait_for(lambda s: any("Flaky/payments-0" in r for r in rows_of(s, "DEAD"))
+                               and "1-1 of 1" in s, "the dead letter in view 5", DEAD_S)
+    assert dead_count(screen) == 1
+    terminal.resize(80, 24)
+    for key in "123456785":
+        terminal.press(key)
+        screen = terminal.wait_for(lambda s: len(s.splitlines()) >= 24
+                                   and "q Quit" in s.splitlines()[23], f"view {key} at 80x24",
+                                   KEY_S)
+        lines = screen.splitlines()
+        assert all(len(line) <= 80 for line in lines), screen
+        first = lines[0]
+        for label in ("DEAD", "NEAR-EXH", "RETRYING", "NEEDS-HUMAN"):
+            assert label in first, (key, first)
+        assert "? Help" in lines[23], (key, lines[23])
+    terminal.press("q")

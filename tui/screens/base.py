@@ -1,23 +1,27 @@
-"""What every console view shares: the status bar, the footer, sorting, selection."""
+"""What every console view shares: the header, the status line, the footer.
+
+A view draws when the app posts it `StateChanged` (data down, coalesced); it
+says things to the operator on its status line (`say`).
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
+from textual import on
 from textual.app import App, ComposeResult, ScreenStackError
 from textual.css.query import NoMatches
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
-from textual.worker import Worker
 
 from alarmtop.tui import collector
+from alarmtop.tui.compat import adopt_styles
 from alarmtop.tui.formatting import EXEC_STYLE, STATE_STYLE
+from alarmtop.tui.messages import Reload, StateChanged
 from alarmtop.tui.state import ConsoleState
+from alarmtop.tui.widgets.footer import FixedKeys, FooterRow, StatusLine
 from alarmtop.tui.widgets.status_bar import StatusBar
-from alarmtop.tui.widgets.table import Row
 
 if TYPE_CHECKING:
     from alarmtop.tui.app import AlarmtopApp
@@ -28,42 +32,6 @@ def styled_state(label: str) -> Text:
     return Text(f" {label} ", style=style)
 
 
-class Sorting:
-    """A column to sort a table by, chosen by clicking its header (again: reversed)."""
-
-    def __init__(self) -> None:
-        self.column: int | None = None
-        self.reverse = False
-
-    def choose(self, column: int) -> None:
-        self.reverse = self.column == column and not self.reverse
-        self.column = column
-
-    def apply(self, rows: Sequence[Row]) -> list[Row]:
-        if self.column is None:
-            return list(rows)  # the server's order: most urgent first
-        col = self.column
-        return sorted(rows, key=lambda r: _sort_text(r[1][col]), reverse=self.reverse)
-
-
-def _sort_text(cell: Any) -> tuple[int, float | str]:
-    text = str(cell.plain if isinstance(cell, Text) else cell).strip()
-    try:
-        return (0, float(text.split("/")[0]))
-    except ValueError:
-        return (1, text)
-
-
-def selected_key(table: DataTable[Any]) -> str | None:
-    if table.row_count == 0:
-        return None
-    try:
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-    except Exception:  # no row under the cursor
-        return None
-    return None if key.value is None else str(key.value)
-
-
 def _a_screen_is_up(app: App[Any]) -> bool:
     try:
         return app.screen is not None
@@ -72,7 +40,7 @@ def _a_screen_is_up(app: App[Any]) -> bool:
 
 
 class ConsoleScreen(Screen[None]):
-    """A view: status bar on top, footer with its keys below."""
+    """A view: header on top, then its body, its status line and its footer."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -83,22 +51,27 @@ class ConsoleScreen(Screen[None]):
             # counts as such, so a view's first visit paid for that twice. Once a first
             # screen is up the stylesheet is complete, and a new view is styled as it
             # mounts. (The first screen does need it: theme variables come that way.)
-            self._css_update_count = self.app._css_update_count
+            adopt_styles(self, self.app)
 
     def on_mount(self) -> None:
-        # Textual asks the footer to refresh too (on focus changes): what it then shows
-        # is not what we last told it.
+        # Textual asks the footer to refresh too (on focus changes).
         self.bindings_updated_signal.subscribe(self, self._footer_refreshed, immediate=True)
         self.call_after_refresh(collector.settle)  # composed: it lives as long as we do
 
     def _footer_refreshed(self, screen: Screen[Any]) -> None:
-        self._footer_keys = None
+        # The footer has just rebuilt itself from the bindings as they are now: that is
+        # what it shows (forgetting it instead rebuilt it a second time on every view
+        # switch, 10-20 ms each on a loaded machine).
+        self._footer_keys = self._binding_keys()
+
+    def _binding_keys(self) -> tuple[tuple[str, bool], ...]:
+        return tuple((key, b.enabled) for key, b in self.active_bindings.items())
 
     def refresh_actions(self) -> None:
         """Refresh the footer when an action was enabled or disabled since it was drawn:
         the footer rebuilds all its keys on every request, so not on every frame or
         cursor move."""
-        keys = tuple((key, b.enabled) for key, b in self.active_bindings.items())
+        keys = self._binding_keys()
         if keys != self._footer_keys:
             self.refresh_bindings()
             self._footer_keys = keys
@@ -110,32 +83,52 @@ class ConsoleScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
         yield from self.body()
-        yield Footer()
+        yield StatusLine(id="status-line")
+        yield FooterRow()
 
     def body(self) -> ComposeResult:
         yield from ()
 
+    def say(self, text: str, severity: str = "information") -> None:
+        """Tell the operator something about this view, on its status line."""
+        with contextlib.suppress(NoMatches):
+            self.query_one(StatusLine).say(text, severity)
+
+    def badge(self) -> str:
+        """The filter and sort on in this view, for the footer ('' when none)."""
+        return ""
+
+    @on(StateChanged)
+    def _state_changed(self, message: StateChanged) -> None:
+        self.redraw()
+        self.state_changed(message.state)
+
+    @on(Reload)
+    def _reload(self, message: Reload) -> None:
+        self.reload()
+
+    def state_changed(self, state: ConsoleState) -> None:
+        """What else a view does on a new state (views that page: ask for a refresh)."""
+
+    def reload(self) -> None:
+        """Fetch again what this view shows from the server (views that page)."""
+
     def on_screen_resume(self) -> None:
         self.redraw()
-        # The method, not a coroutine: a worker cancelled before it starts must not
-        # leave a coroutine that was never awaited.
-        worker: Worker[None] = self.run_worker(self.reload, exclusive=True, group="reload")
-        del worker
+        self.reload()
 
     def redraw(self) -> None:
         """Redraw from the console state, unless the view is not (or no longer) composed:
         frames, ticks and answers to queries may land while a view comes or goes."""
         with contextlib.suppress(NoMatches):
-            self.refresh_from(self.console.state)
+            self.draw(self.console.state)
             if _a_screen_is_up(self.app) and self is self.app.screen:
                 # What is shown is now current: the pacer then holds the next redraw back
                 # (while keys come), instead of drawing at once an answer that lands while
                 # a key waits, as it would for a view it thinks was drawn long ago.
                 self.console.pacer.drawn(self.console.clock())
 
-    def refresh_from(self, state: ConsoleState) -> None:
-        """Redraw from the console state (called on every frame from the server)."""
-        self.query_one(StatusBar).show(state, self.console.target, self.console.read_only)
-
-    async def reload(self) -> None:
-        """Fetch what this view pages from the server (views that page override it)."""
+    def draw(self, state: ConsoleState) -> None:
+        """Draw from the console state (views add their own)."""
+        self.query_one(StatusBar).show(state, self.console.target, self.console.role_label)
+        self.query_one(FixedKeys).show(self.badge(), self.console.read_only)

@@ -1,9 +1,15 @@
-"""Small modal forms: confirm, a note, a fault, a callback result."""
+"""Small modal forms: confirm, a note, a fault, a callback result.
+
+Every form names its target. A form whose command the server refuses is opened
+again by its caller with what was typed and the server's reason (`problem`).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -12,6 +18,7 @@ from textual.widgets import Button, Input, Label, Select
 
 FAULT_KINDS = ["alarm_raise", "alarm_delay", "step_raise", "step_crash", "compensation_fail",
                "idempotency_off"]
+STEP_KINDS = ("step_raise", "step_crash", "compensation_fail", "idempotency_off")
 
 
 class _Dialog(ModalScreen[Any]):
@@ -22,18 +29,21 @@ class _Dialog(ModalScreen[Any]):
 
 
 class ConfirmDialog(_Dialog):
-    """Yes/no before a destructive action."""
+    """Yes/no before an action; the question names the target, `yes` says the action."""
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes: str = "Yes") -> None:
         super().__init__()
-        self.question = question
+        self.question, self.yes = question, yes
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.question, classes="question")
             with Horizontal(classes="buttons"):
-                yield Button("Yes", variant="error", id="yes")
+                yield Button(self.yes, variant="error", id="yes")
                 yield Button("No", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#yes", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -61,69 +71,119 @@ class TextDialog(_Dialog):
         self.dismiss(event.value.strip())
 
 
-class FaultDialog(_Dialog):
-    """Choose a fault kind and its parameters for a target."""
+def fault_args(target: str, kind: str, times: str, seconds: str, step: str,
+               point: str) -> dict[str, Any]:
+    """The `inject_fault` arguments of the form's fields, or ValueError saying which field
+    is wrong and how (pure: the form's rules, tested without a screen)."""
+    args: dict[str, Any] = {"target": target, "kind": kind}
+    times, seconds, step = times.strip(), seconds.strip(), step.strip()
+    if times:
+        try:
+            args["times"] = int(times)
+        except ValueError:
+            raise ValueError(f"times is a whole number of times, e.g. 3, not {times!r} "
+                             "(empty: always)") from None
+        if args["times"] < 1:
+            raise ValueError("times is 1 or more (empty: always)")
+    else:
+        args["always"] = True
+    if seconds:
+        try:
+            secs = float(seconds)
+        except ValueError:
+            secs = math.nan
+        if not math.isfinite(secs) or secs <= 0:
+            raise ValueError(f"seconds is a number of seconds above 0, e.g. 2.5, not "
+                             f"{seconds!r}")
+        args["seconds"] = secs
+    elif kind == "alarm_delay":
+        raise ValueError("alarm_delay needs seconds: how long each alarm waits")
+    if kind in STEP_KINDS:
+        if not step:
+            raise ValueError(f"{kind} needs the step's name, e.g. compensate_open_viewing_page")
+        args["step"] = step
+    if kind == "step_crash":
+        args["point"] = point
+    return args
 
-    def __init__(self, target: str, steps: list[str] | None = None) -> None:
+
+class FaultDialog(_Dialog):
+    """Choose a fault kind and its parameters for a target. `values` fills the fields
+    (the form opened again after a refusal) and `problem` says what was wrong."""
+
+    def __init__(self, target: str, steps: list[str] | None = None,
+                 values: dict[str, str] | None = None, problem: str = "") -> None:
         super().__init__()
         self.target = target
         self.steps = steps or []
+        self.values = values or {}
+        self.problem = problem
 
     def compose(self) -> ComposeResult:
         object_target = "/" in self.target
         kinds = [k for k in FAULT_KINDS if k.startswith("alarm_") == object_target]
+        v = self.values
         with Vertical(classes="dialog"):
             yield Label(f"Inject a fault on {self.target}", classes="question")
-            yield Select([(k, k) for k in kinds], value=kinds[0], id="kind", allow_blank=False)
-            yield Input(placeholder="times (empty: always)", id="times")
-            yield Input(placeholder="seconds (alarm_delay)", id="seconds")
-            yield Input(placeholder="step name (step kinds), e.g. compensate_open_viewing_page",
-                        id="step", value=self.steps[0] if self.steps else "")
-            yield Select([(p, p) for p in ("A", "B", "C")], value="B", id="point",
+            yield Select([(k, k) for k in kinds], value=v.get("kind", kinds[0]), id="kind",
                          allow_blank=False)
-            yield Label("", id="problem", classes="problem")
+            yield Input(v.get("times", ""), placeholder="times (empty: always)", id="times")
+            yield Input(v.get("seconds", ""), placeholder="seconds (alarm_delay)", id="seconds")
+            yield Input(v.get("step", self.steps[0] if self.steps else ""),
+                        placeholder="step name (step kinds), e.g. compensate_open_viewing_page",
+                        id="step")
+            yield Select([(p, p) for p in ("A", "B", "C")], value=v.get("point", "B"),
+                         id="point", allow_blank=False)
+            yield Label(self.problem, id="problem", classes="problem")
             with Horizontal(classes="buttons"):
                 yield Button("Inject", variant="warning", id="ok")
                 yield Button("Cancel", id="cancel")
+
+    def fields(self) -> dict[str, str]:
+        """What the form holds now, as typed."""
+        return {"kind": str(self.query_one("#kind", Select).value),
+                "times": self.query_one("#times", Input).value,
+                "seconds": self.query_one("#seconds", Input).value,
+                "step": self.query_one("#step", Input).value,
+                "point": str(self.query_one("#point", Select).value)}
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id != "ok":
             self.dismiss(None)
             return
-        args: dict[str, Any] = {"target": self.target,
-                                "kind": str(self.query_one("#kind", Select).value)}
-        times = self.query_one("#times", Input).value.strip()
-        seconds = self.query_one("#seconds", Input).value.strip()
-        step = self.query_one("#step", Input).value.strip()
+        self.submit()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.submit()
+
+    def submit(self) -> None:
+        f = self.fields()
         try:
-            if times:
-                args["times"] = int(times)
-            else:
-                args["always"] = True
-            if seconds:
-                args["seconds"] = float(seconds)
-        except ValueError:
-            self.query_one("#problem", Label).update("times and seconds are numbers")
+            args = fault_args(self.target, f["kind"], f["times"], f["seconds"], f["step"],
+                              f["point"])
+        except ValueError as exc:
+            self.query_one("#problem", Label).update(str(exc))  # the fields keep their text
             return
-        if step:
-            args["step"] = step
-        if args["kind"] == "step_crash":
-            args["point"] = str(self.query_one("#point", Select).value)
-        self.dismiss(args)
+        self.dismiss({"args": args, "fields": f})
+
+
+def callback_option(callback: dict[str, Any]) -> str:
+    """A waiting callback as the form lists it: its name and its whole id."""
+    return f"{callback.get('name') or '?'}  {callback['callback_id']}"
 
 
 class CallbackDialog(_Dialog):
-    """Send a callback result: which callback, which outcome, what payload."""
+    """Send a result to a waiting callback of an execution (named in the title)."""
 
-    def __init__(self, callbacks: list[dict[str, Any]]) -> None:
+    def __init__(self, execution: str, callbacks: list[dict[str, Any]]) -> None:
         super().__init__()
+        self.execution = execution
         self.callbacks = callbacks
 
     def compose(self) -> ComposeResult:
-        options = [(f"{c.get('name') or '?'} ({c['callback_id'][:18]}…)", c["callback_id"])
-                   for c in self.callbacks]
+        options = [(callback_option(c), c["callback_id"]) for c in self.callbacks]
         with Vertical(classes="dialog"):
-            yield Label("Send a callback result", classes="question")
+            yield Label(f"Send a callback result to {self.execution}", classes="question")
             yield Select(options, value=options[0][1], id="callback", allow_blank=False)
             yield Select([(o, o) for o in ("success", "failure", "heartbeat")],
                          value="success", id="outcome", allow_blank=False)
@@ -133,10 +193,22 @@ class CallbackDialog(_Dialog):
                 yield Button("Send", variant="primary", id="ok")
                 yield Button("Cancel", id="cancel")
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    def name_of(self, callback_id: str) -> str:
+        return next((str(c.get("name")) for c in self.callbacks
+                     if c["callback_id"] == callback_id), callback_id)
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
         if event.button.id != "ok":
             self.dismiss(None)
             return
+        self.submit()
+
+    @on(Input.Submitted, "#payload")
+    def _entered(self, event: Input.Submitted) -> None:
+        self.submit()  # Enter in the payload sends, as the Send button does
+
+    def submit(self) -> None:
         outcome = str(self.query_one("#outcome", Select).value)
         text = self.query_one("#payload", Input).value
         args: dict[str, Any] = {"callback_id": str(self.query_one("#callback", Select).value),

@@ -1,4 +1,4 @@
-"""Executions with their step timeline, saga stack and callbacks."""
+"""Executions, live, with the selected one's detail: scrollable, every history event."""
 
 from __future__ import annotations
 
@@ -6,135 +6,92 @@ import contextlib
 from typing import Any
 
 from rich.text import Text
-from textual import work
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, VerticalScroll
 from textual.css.query import NoMatches
 from textual.widgets import DataTable, Static
 
-from alarmtop.tui.formatting import EXEC_STYLE, SAGA_MARK, first_line, relative
+from alarmtop.tui.columns import EXECUTIONS
+from alarmtop.tui.detail import detail_text
+from alarmtop.tui.paging import RefreshGate
 from alarmtop.tui.screens.actions import ActionsMixin
-from alarmtop.tui.screens.base import Sorting, selected_key
-from alarmtop.tui.screens.overview import (
-    EXECUTION_COLUMNS,
-    add_columns,
-    execution_rows,
-    state_table,
-)
+from alarmtop.tui.screens.listed import ListPane, ListScreen
+from alarmtop.tui.screens.loader import Loader
 from alarmtop.tui.state import ConsoleState
-from alarmtop.tui.widgets.table import ConsoleTable
 
-TIMELINE = 40
-EVENT_STYLE = {"Failed": "red", "TimedOut": "red", "Succeeded": "green", "Started": "cyan",
-               "Completed": "dim", "Stopped": "red"}
+PAGE = 100
 
 
-def event_line(ev: dict[str, Any], now_ms: int) -> Text:
-    kind = ev["EventType"]
-    style = next((s for suffix, s in EVENT_STYLE.items() if kind.endswith(suffix)), "")
-    line = Text(f"{ev['EventId']:>4} ", style="dim")
-    line.append(f"{kind:<22}", style=style)
-    line.append(f" {ev.get('Name') or ev.get('Id') or ''}")
-    details = ev.get(f"{kind}Details") or {}
-    err = (details.get("Error") or {}).get("Payload") or {}
-    if err:
-        line.append(f"  {first_line(err.get('ErrorType', ''), 30)}: "
-                    f"{first_line(err.get('ErrorMessage', ''), 50)}", style="red")
-    retry = details.get("RetryDetails") or {}
-    if "NextAttemptDelaySeconds" in retry:
-        line.append(f"  retry in {retry['NextAttemptDelaySeconds']}s", style="yellow")
-    return line
-
-
-def detail_text(d: dict[str, Any] | None, now_ms: int) -> Text:
-    if d is None:
-        return Text("select an execution to see its timeline and saga", style="dim")
-    out = Text(f"{d['name']}/{d['execution_id']}  ", style="bold")
-    out.append(f" {d['status'].upper()} ", style=EXEC_STYLE.get(d["status"], ""))
-    out.append(f"  v{d['version']}  invocations {d['invocations']}  "
-               f"updated {relative(d['updated_ms'], now_ms)}\n")
-    if d.get("blocked_on"):
-        out.append(f"waiting on: {d['blocked_on']}\n", style="yellow")
-    if d.get("human_hold"):
-        out.append(f"held for a human: {d['human_hold']}\n", style="magenta")
-    if d.get("error"):
-        out.append(f"error: {d['error'].get('ErrorType')}: {d['error'].get('ErrorMessage')}\n",
-                   style="red")
-    if d.get("saga"):
-        out.append("\nsaga stack (top first)\n", style="bold")
-        for e in d["saga"]:
-            mark = SAGA_MARK.get(e["state"], "?")
-            style = {"failed": "bold red", "compensated": "green", "resolved": "cyan"}.get(
-                e["state"], "")
-            out.append(f"  {mark} {e['name']:<24} {e['state']}", style=style)
-            if e.get("note"):
-                out.append(f"  note: {e['note']}", style="cyan")
-            if e.get("error"):
-                out.append(f"  {first_line(e['error'], 50)}", style="red")
-            out.append("\n")
-    if d.get("callbacks"):
-        out.append("\ncallbacks\n", style="bold")
-        for c in d["callbacks"]:
-            out.append(f"  {c.get('name') or '-':<28} {c['status']:<10} {c['kind']}\n")
-    out.append("\ntimeline\n", style="bold")
-    for ev in d["history"][-TIMELINE:]:
-        out.append_text(event_line(ev, now_ms))
-        out.append("\n")
-    return out
-
-
-class ExecutionsScreen(ActionsMixin):
-    BINDINGS = [*ActionsMixin.EXECUTION_BINDINGS, ActionsMixin.ALARM_BINDINGS[2]]
+class ExecutionsScreen(ActionsMixin, ListScreen):
+    BINDINGS = [*ActionsMixin.EXECUTION_BINDINGS, ActionsMixin.ALARM_BINDINGS[2],
+                *ListScreen.LIST_BINDINGS]
 
     def __init__(self) -> None:
         super().__init__()
-        self.rows: dict[str, dict[str, Any]] = {}
         self.detail: dict[str, Any] | None = None
-        self.sorting = Sorting()
+        self._detail_for: str | None = None  # the execution the pane shows
+        self._detail_asked: str | None = None  # and the one last asked for
+        self._detail_version = -1
+        self._detail_shown: Text | None = None
+        self.details = Loader(self, self._load_detail, RefreshGate(), "detail", paced=False)
+
+    def make_panes(self) -> list[ListPane]:
+        return [ListPane("execution-page", EXECUTIONS, "Executions", kinds=("executions",),
+                         size=PAGE)]
 
     def body(self) -> ComposeResult:
-        table = state_table("execution-page")
-        table.border_title = "Executions"
-        add_columns(table, (*EXECUTION_COLUMNS[:2], ("waiting on", 40), ("updated", 10)))
-        with Horizontal():
-            yield table
-            yield Static(id="execution-detail", classes="detail")
+        with Horizontal(classes="split"):
+            yield self.panes[0].table
+            with VerticalScroll(id="execution-detail", classes="detail"):
+                yield Static(id="execution-detail-text")
 
-    async def reload(self) -> None:
-        data = await self.console.fetch("executions", limit=200)
-        if data is not None:
-            self.rows = {r["execution_id"]: r for r in data["rows"]}
-            self.redraw()
-            self.load_detail()
+    def selected_execution(self) -> dict[str, Any] | None:
+        pane = self.panes[0]
+        return pane.row(pane.table.selected)
 
-    def refresh_from(self, state: ConsoleState) -> None:
-        super().refresh_from(state)
-        for eid, row in state.executions.items():
-            self.rows[eid] = row
-        rank = {"needs_human": 0, "failed": 1, "running": 2, "suspended": 3}
-        rows = sorted(self.rows.values(), key=lambda r: (rank.get(r["status"], 4),
-                                                         -(r.get("updated_ms") or 0)))
-        self.query_one("#execution-page", ConsoleTable).show(
-            self.sorting.apply(execution_rows(rows, state.now_ms)))
-        if self.detail is not None and self.detail["execution_id"] in {
-                r["execution_id"] for r in state.executions.values()}:
-            self.load_detail()
+    def state_changed(self, state: ConsoleState) -> None:
+        super().state_changed(state)
+        if state.versions["executions"] != self._detail_version:
+            self._detail_version = state.versions["executions"]
+            self.details.ask()  # at most every half second under a busy feed
 
-    def selected_execution(self) -> str | None:
-        return selected_key(self.query_one("#execution-page", DataTable))
+    def reload(self) -> None:
+        super().reload()
+        self.details.ask(urgent=True)
 
-    @work(exclusive=True, group="detail")
-    async def load_detail(self) -> None:
-        eid = self.selected_execution()
-        self.detail = await self.console.fetch("execution", execution_id=eid) if eid else None
+    def on_screen_suspend(self) -> None:
+        super().on_screen_suspend()
+        self.details.stop()
+
+    def draw_detail(self) -> None:
+        if self.selected_execution_id() != self._detail_asked:
+            self._detail_asked = self.selected_execution_id()
+            self.details.ask(urgent=True)
+        elif self.detail is not None:
+            self._show_detail(self.detail)  # its "updated 3s ago" moves on
+
+    def _show_detail(self, detail: dict[str, Any] | None) -> None:
+        # to the second: a redraw of an unchanged detail costs one comparison
+        now = self.console.state.now_ms // 1000 * 1000
+        text = detail_text(detail, now)
+        if text != self._detail_shown:
+            self._detail_shown = text
+            self.query_one("#execution-detail-text", Static).update(text)
+
+    async def _load_detail(self) -> None:
+        """The selected execution in full (`details` runs it, one at a time)."""
+        eid = self.selected_execution_id()
+        detail = await self.console.fetch("execution", execution_id=eid) if eid else None
+        if eid != self.selected_execution_id():
+            return  # the selection moved meanwhile: its own load follows
         with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
-            self.query_one("#execution-detail", Static).update(
-                detail_text(self.detail, self.console.state.now_ms))
+            pane = self.query_one("#execution-detail", VerticalScroll)
+            self._show_detail(detail)
+            if eid != self._detail_for:
+                pane.scroll_home(animate=False)  # another execution: from its top
+            self.detail, self._detail_for = detail, eid
 
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        self.sorting.choose(event.column_index)
-        self.redraw()
-
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        self.load_detail()
-        self.refresh_actions()
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        eid = self.selected_execution_id()
+        if eid:
+            self.console.drill("execution", eid)

@@ -2,166 +2,196 @@
 
 from __future__ import annotations
 
-import contextlib
-from datetime import UTC, datetime
+from typing import Any
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Markdown, RichLog
-from textual.worker import Worker
 
-from alarmtop.tui.formatting import first_line, relative
-from alarmtop.tui.screens.base import ConsoleScreen, selected_key
-from alarmtop.tui.screens.dialogs import ConfirmDialog
+from alarmtop.tui.columns import AUDIT, FAULTS, OBJECTS
+from alarmtop.tui.formatting import clock_text, first_line
+from alarmtop.tui.screens.base import ConsoleScreen
+from alarmtop.tui.screens.dialogs import ConfirmDialog, TextDialog
+from alarmtop.tui.screens.listed import ListPane, ListScreen
 from alarmtop.tui.state import ConsoleState
-from alarmtop.tui.widgets.table import ConsoleTable
+
+PAGE = 100
 
 
-def clock_text(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
+def ok_style(value: Any) -> Text:
+    return Text(str(value), style="green" if value == "ok" else "red")
 
 
-class ObjectsScreen(ConsoleScreen):
+class ObjectsScreen(ListScreen):
+    def make_panes(self) -> list[ListPane]:
+        return [ListPane("object-page", OBJECTS, "Objects", kinds=("objects",), size=PAGE,
+                         stylers={})]
+
     def body(self) -> ComposeResult:
-        table = ConsoleTable(id="object-page")
-        table.border_title = "Objects"
-        table.add_columns("object", "where", "sockets", "alarm", "alarm state")
-        yield table
+        yield self.panes[0].table
 
-    async def reload(self) -> None:
-        data = await self.console.fetch("objects", limit=200,
-                                        filter=self.console.filter_text or None)
-        if data is None:
-            return
-        now = self.console.state.now_ms
-        rows = [(r["object"], [r["object"], "resident" if r["resident"] else "hibernated",
-                               str(r["sockets"]), relative(r["alarm_ms"], now),
-                               r["alarm_state"] or "-"]) for r in data["rows"]]
-        with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
-            table = self.query_one("#object-page", ConsoleTable)
-            table.show(rows)
-            table.border_subtitle = (f"{data['total']:,} with storage, "
-                                     f"{data['resident']:,} live")
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        ref = self.panes[0].table.selected
+        if ref:
+            self.console.drill("object", ref)
 
 
-class FaultsScreen(ConsoleScreen):
+class FaultsScreen(ListScreen):
     BINDINGS = [Binding("x", "clear_fault", "Clear fault", tooltip="Remove the selected fault",
-                        id="clear-fault")]
+                        id="clear-fault"), *ListScreen.LIST_BINDINGS]
+
+    def make_panes(self) -> list[ListPane]:
+        return [ListPane("fault-table", FAULTS, "Active faults", kinds=("faults",), size=PAGE,
+                         stylers={})]
 
     def body(self) -> ComposeResult:
-        table = ConsoleTable(id="fault-table")
-        table.border_title = "Active faults"
-        table.add_columns("id", "target", "kind", "remaining", "triggered", "step/point/secs")
-        yield table
+        yield self.panes[0].table
 
-    def refresh_from(self, state: ConsoleState) -> None:
-        super().refresh_from(state)
-        rows = [(f["id"], [f["id"], f["target"], f["kind"],
-                           "always" if f["remaining"] is None else str(f["remaining"]),
-                           str(f["triggered"]),
-                           " ".join(str(v) for v in (f.get("step"), f.get("point"),
-                                                     f.get("seconds")) if v)])
-                for f in state.faults]
-        self.query_one("#fault-table", ConsoleTable).show(rows)
-        self.refresh_actions()
+    def selected_fault(self) -> dict[str, Any] | None:
+        pane = self.panes[0]
+        return pane.row(pane.table.selected)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "clear_fault":
-            return not self.console.read_only and selected_key(
-                self.query_one("#fault-table", DataTable)) is not None
-        return True
+            return not self.console.read_only and self.selected_fault() is not None
+        return super().check_action(action, parameters)
 
     @work(group="actions")
     async def action_clear_fault(self) -> None:
-        fid = selected_key(self.query_one("#fault-table", DataTable))
-        if fid and await self.app.push_screen_wait(ConfirmDialog(f"Remove fault {fid}?")):
-            await self.console.command("clear_fault", fault_id=fid)
-
-
-class AuditScreen(ConsoleScreen):
-    def body(self) -> ComposeResult:
-        table = ConsoleTable(id="audit-table")
-        table.border_title = "Audit log (who, when, what, why)"
-        table.add_columns("when", "who", "role", "action", "target", "ok", "reason")
-        yield table
-
-    async def reload(self) -> None:
-        data = await self.console.fetch("audit", limit=200)
-        if data is None:
+        fault = self.selected_fault()
+        if fault is None:
             return
-        rows = [(str(a["seq"]), [clock_text(a["at_ms"]), a["actor"], a["role"] or "-",
-                                 a["action"], a["target"] or "-",
-                                 Text("ok", style="green") if a["ok"] else Text("refused",
-                                                                               style="red"),
-                                 first_line(a["reason"], 40)]) for a in data["rows"]]
-        with contextlib.suppress(NoMatches):  # the view may have closed meanwhile
-            self.query_one("#audit-table", ConsoleTable).show(rows)
+        label = f"fault {fault['id']} ({fault['kind']} on {fault['target']})"
+        if await self.app.push_screen_wait(ConfirmDialog(f"Remove {label}?", "Remove")):
+            await self.console.command("clear_fault", label, fault_id=fault["id"])
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen_total = 0
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        fault = self.selected_fault()
+        if fault:
+            kind = "object" if "/" in str(fault["target"]) else "execution"
+            self.console.drill(kind, str(fault["target"]))
 
-    def refresh_from(self, state: ConsoleState) -> None:
-        super().refresh_from(state)
-        fresh = min(state.events_total - self.seen_total, len(state.events))
-        self.seen_total = state.events_total
-        if fresh > 0 and any(e["type"].startswith("operator.")
-                             for e in list(state.events)[-fresh:]):
-            worker: Worker[None] = self.run_worker(self.reload, exclusive=True,
-                                                   group="reload")
-            del worker
+
+class AuditScreen(ListScreen):
+    def make_panes(self) -> list[ListPane]:
+        return [ListPane("audit-table", AUDIT, "Audit log (who, when, what, why)",
+                         kinds=("audit",), size=PAGE, stylers={5: ok_style})]
+
+    def body(self) -> ComposeResult:
+        yield self.panes[0].table
+
+
+def event_matches(ev: dict[str, Any], text: str) -> bool:
+    """Whether an event's type, target or data contain `text` (case matters, as in every
+    other view's filter)."""
+    if not text:
+        return True
+    return text in ev.get("type", "") or any(text in str(v) for v in ev["data"].values())
+
+
+def event_text(ev: dict[str, Any]) -> Text:
+    data = dict(ev["data"])
+    who = data.pop("object", None) or data.pop("execution_id", "") or data.pop("target", "")
+    style = "red" if ev["type"].endswith(("failed", "dead")) else (
+        "yellow" if "near" in ev["type"] or "retry" in ev["type"] else "")
+    line = Text(f"{clock_text(ev['at_ms'])}  ", style="dim")
+    line.append(f"{ev['type']:<26}", style=style)
+    line.append(f" {who!s:<30} ")
+    line.append(first_line(" ".join(f"{k}={v}" for k, v in data.items()), 80), style="dim")
+    return line
 
 
 class EventsScreen(ConsoleScreen):
+    """The events this console has received (the last `MAX_EVENTS`), newest last; `/`
+    keeps the lines that contain a text."""
+
+    BINDINGS = [
+        Binding("slash", "filter", "Filter", tooltip="Show only the events that contain a "
+                "text", id="filter"),
+        Binding("escape", "clear", "Clear", tooltip="Show every event again", id="clear"),
+    ]
+
     def __init__(self) -> None:
         super().__init__()
         self.shown = 0
+        self.filter = ""
 
     def body(self) -> ComposeResult:
         log = RichLog(id="event-log", max_lines=2000, wrap=False)
         log.border_title = "Event log (live)"
         yield log
 
-    def refresh_from(self, state: ConsoleState) -> None:
-        super().refresh_from(state)
+    def badge(self) -> str:
+        return f"filter “{self.filter}”" if self.filter else ""
+
+    def draw(self, state: ConsoleState) -> None:
+        super().draw(state)
         log = self.query_one(RichLog)
         fresh = min(state.events_total - self.shown, len(state.events))
         new = list(state.events)[-fresh:] if fresh > 0 else []
         for ev in new[-200:]:
-            data = dict(ev["data"])
-            who = data.pop("object", None) or data.pop("execution_id", "")
-            style = "red" if ev["type"].endswith(("failed", "dead")) else (
-                "yellow" if "near" in ev["type"] or "retry" in ev["type"] else "")
-            line = Text(f"{clock_text(ev['at_ms'])}  ", style="dim")
-            line.append(f"{ev['type']:<26}", style=style)
-            line.append(f" {who:<30} ")
-            line.append(first_line(" ".join(f"{k}={v}" for k, v in data.items()), 80),
-                        style="dim")
-            log.write(line)
+            if event_matches(ev, self.filter):
+                log.write(event_text(ev))
         self.shown = state.events_total
+        log.border_title = (f"Event log (live)  [{self.badge()}]" if self.filter
+                            else "Event log (live)")
+        self.refresh_actions()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "clear":
+            return bool(self.filter)
+        return True
+
+    def refilter(self, text: str) -> None:
+        """Show again, from the events held, the ones that match `text`."""
+        self.filter = text
+        log = self.query_one(RichLog)
+        log.clear()
+        for ev in self.console.state.events:
+            if event_matches(ev, text):
+                log.write(event_text(ev))
+        self.shown = self.console.state.events_total
+        self.redraw()
+
+    @work(group="dialogs")
+    async def action_filter(self) -> None:
+        text = await self.app.push_screen_wait(TextDialog(
+            "Filter the event log by text (empty: show all)", "e.g. alarm.dead or payments",
+            self.filter, required=False))
+        if text is not None:
+            self.refilter(text)
+
+    def action_clear(self) -> None:
+        self.refilter("")
+        self.say("filter cleared: every event")
 
 
 HELP = """\
 # alarmtop keys
 
-| key | what it does |
-|---|---|
-| `1`..`8` | overview, alarms, executions, objects, dead letters, faults, audit, events |
-| `/` | filter alarms and objects by `Class/name` text |
-| `ctrl+p` | command palette |
-| `r` / `n` | re-arm / fire now the selected alarm |
-| `x` | clear the selected dead letter (alarms) or fault (faults) |
-| `f` | inject a fault on the selected object or execution |
-| `c` | send a callback result (e.g. `go` or `cancel` for the festival verdict) |
-| `R` / `h` / `a` / `H` | retry compensation / resolve by hand / abort / hand to a human |
-| `q` | quit |
+- `1`..`8` views: overview, alarms, executions, objects, dead letters, faults, audit, events
+- `/` filter this view by text (each view keeps its own; the event log too)
+- `s` sort this view by its next column, by the real value; `S` reverse it
+- `escape` clear this view's filter and sort; close a dialog or a detail
+- `pageup` `pagedown` the previous or next page; `home` `end` the first or last row
+- `enter` the selected row in full: its detail, events, faults and audit rows
+- `r` re-arm the selected alarm, `n` fire it now (both ask first)
+- `x` clear the selected dead letter (alarms) or fault (faults)
+- `f` inject a fault on the selected object or execution
+- `c` send a callback result (e.g. `go` or `cancel` for the festival verdict)
+- `R` retry the failed compensation, `h` resolve it by hand, `a` abort, `H` hand to a human
+- `tab` the next table or pane of the view
+- `ctrl+p` command palette: views, filters, sorts, every action on the selection
+- `?` this help, `q` quit
 
-Destructive actions ask first. With `--read-only` every action is hidden and refused.
+The urgent counts (DEAD, NEAR-EXH, RETRYING, NEEDS-HUMAN) stay in the header in
+every view. The cursor follows its row as rows move; the status line says when
+the row left the view. An action names its target when it asks and when it is
+done. With `--read-only` or a viewer token every action is hidden and refused.
 """
 
 
@@ -169,5 +199,8 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close", tooltip="Close help")]
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog help"):
+        with VerticalScroll(classes="dialog help", id="help-scroll"):
             yield Markdown(HELP)
+
+    def on_mount(self) -> None:
+        self.query_one("#help-scroll", VerticalScroll).focus()  # arrows and pgdn scroll it

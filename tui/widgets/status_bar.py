@@ -1,43 +1,80 @@
-"""The two header lines: where we are connected and the urgent counts."""
+"""The two header lines: where we are connected, who we are, and the urgent counts.
+
+Each line is cut at the terminal's edge, never wrapped: a wrapped first line
+pushed the urgent counts off an 80x24 screen. Below `WIDE` columns the header is
+compact and the urgent counts come first, right after the name.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
+from textual.events import Resize
 from textual.widgets import Static
 
 from alarmtop.tui.formatting import STATE_STYLE, count, duration, sparkline
 from alarmtop.tui.state import ConsoleState
 
+WIDE = 110
 
-def status_text(state: ConsoleState, target: str, read_only: bool) -> Text:
+
+def urgent_counts(state: ConsoleState, gap: str = " ") -> Text:
     c = state.counts
     alarms = c.get("alarms", {})
-    total = sum(int(v) for v in alarms.values())
-    role = "read-only" if read_only else (state.role or "-")
-    line = Text()
-    line.append(" alarmtop ", style="bold reverse")
-    line.append(f"  {target}  ")
-    line.append(role, style="bold")
-    if not state.connected:
-        line.append(f"  {state.status.upper()}", style="bold white on red")
-    line.append(f"    objects {count(int(c.get('objects', 0)))} stored, "
-                f"{count(int(c.get('resident', 0)))} live  alarms {count(total)}\n")
+    out = Text()
     for label, n in (("DEAD", alarms.get("dead", 0)),
                      ("NEAR-EXH", c.get("near_exhaustion", 0)),
                      ("RETRYING", alarms.get("retrying", 0)),
                      ("NEEDS-HUMAN", c.get("needs_human", 0))):
-        line.append(f" {label} {count(int(n))} ",
-                    style=STATE_STYLE[label] if n else "dim")
-        line.append("  ")
-    line.append(f"faults {len(state.faults)}", style="bold yellow" if state.faults else "dim")
-    line.append("   fires ")
-    line.append(sparkline(state.fires), style="green")
-    line.append(f" {state.fires[-1] if state.fires else 0}/tick  failures ")
-    line.append(sparkline(state.failures), style="red")
-    line.append(f" {state.failures[-1] if state.failures else 0}  late ")
-    line.append(sparkline(state.lateness), style="yellow")
-    line.append(f" {duration(state.lateness[-1] if state.lateness else 0)}")
-    return line
+        out.append(f" {label} {count(int(n))} ", style=STATE_STYLE[label] if n else "dim")
+        out.append(gap)
+    return out
+
+
+def faults(state: ConsoleState) -> Text:
+    return Text(f"faults {len(state.faults)}",
+                style="bold yellow" if state.faults else "dim")
+
+
+def totals(state: ConsoleState) -> str:
+    """Objects and alarms. Live objects are not all among those with storage: an object
+    that never wrote anything has no database (and "11 stored, 12 live" read wrong)."""
+    c = state.counts
+    alarms = sum(int(v) for v in c.get("alarms", {}).values())
+    return (f"objects {count(int(c.get('resident', 0)))} live, "
+            f"{count(int(c.get('objects', 0)))} with storage  alarms {count(alarms)}")
+
+
+def rates(state: ConsoleState) -> Text:
+    out = Text("fires ")
+    out.append(sparkline(state.fires), style="green")
+    out.append(f" {state.fires[-1] if state.fires else 0}/tick  failures ")
+    out.append(sparkline(state.failures), style="red")
+    out.append(f" {state.failures[-1] if state.failures else 0}  late ")
+    out.append(sparkline(state.lateness), style="yellow")
+    out.append(f" {duration(state.lateness[-1] if state.lateness else 0)}")
+    return out
+
+
+def _connection(state: ConsoleState) -> Text:
+    if state.connected:
+        return Text()
+    return Text(f" {state.status.upper()} ", style="bold white on red")
+
+
+def status_text(state: ConsoleState, target: str, role: str, width: int = 160) -> Text:
+    """Both header lines for a terminal `width` columns wide, each cut to fit."""
+    brand = Text(" alarmtop ", style="bold reverse")
+    if width >= WIDE:
+        first = Text.assemble(brand, f"  {target}  ", (role, "bold"), "  ",
+                              _connection(state), f"  {totals(state)}")
+        second = Text.assemble(urgent_counts(state), " ", faults(state), "   ", rates(state))
+    else:
+        first = Text.assemble(brand, " ", urgent_counts(state, ""), " ", (role, "bold"))
+        second = Text.assemble(_connection(state), " ", faults(state), "  ", target, "  ",
+                               totals(state), "  ", rates(state))
+    for line in (first, second):
+        line.truncate(max(1, width), overflow="ellipsis")
+    return Text("\n").join([first, second])
 
 
 class StatusBar(Static):
@@ -46,9 +83,15 @@ class StatusBar(Static):
     """
 
     _shown: Text | None = None
+    _inputs: tuple[ConsoleState, str, str] | None = None
 
-    def show(self, state: ConsoleState, target: str, read_only: bool) -> None:
-        text = status_text(state, target, read_only)
+    def show(self, state: ConsoleState, target: str, role: str) -> None:
+        self._inputs = (state, target, role)
+        text = status_text(state, target, role, self.size.width or 160)
         if text != self._shown:  # a repaint, even of the same text, is not free
             self._shown = text
             self.update(text, layout=False)  # two lines, always: no new layout
+
+    def on_resize(self, event: Resize) -> None:
+        if self._inputs is not None:
+            self.show(*self._inputs)

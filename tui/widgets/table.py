@@ -1,18 +1,24 @@
-"""A DataTable that views refill from plain rows on every redraw, cheaply."""
+"""A DataTable that views refill from plain rows on every redraw, cheaply, and whose
+cursor follows a row's identity, not its line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from textual.cache import LRUCache
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
 from textual.widgets import DataTable
-from textual.widgets.data_table import ColumnKey, RowKey
+from textual.widgets.data_table import RowKey
+
+from alarmtop.tui.compat import forget_renders, set_cells_in_place
 
 Row = tuple[str, Sequence[Any]]  # (key, cells), cells as plain values
 Styler = Callable[[Any], Any]  # a plain cell value to what the table draws
-Changes = dict[str, list[tuple[int, Any]]]  # row key: (column index, new plain value)
-K = TypeVar("K", bound=Hashable)
+ColumnSpec = tuple[str, int]  # (label, width)
 
 
 class ConsoleTable(DataTable[Any]):
@@ -22,102 +28,161 @@ class ConsoleTable(DataTable[Any]):
     `show()` compares each row with what the table shows and updates only the cells
     that differ: one tuple equality for an unchanged row, and a styled cell built
     only when it changes.
+
+    Once the operator has chosen a row (moved the cursor, clicked, or acted on it:
+    `pin()`), the cursor stays on that row (its key) when the rows change order or
+    membership, wherever the row now is; when the row is gone, the cursor goes to
+    the row now on its line, the table posts `SelectionLeft` and keeps to its line
+    again until the next choice. Before any choice the cursor keeps its line: the
+    top, the most urgent row, as `top` does.
     """
+
+    @dataclass
+    class SelectionLeft(Message):
+        """The selected row left the table; the cursor is now on `now` (None: empty)."""
+
+        table: ConsoleTable
+        left: str
+        now: str | None
+
+    # Home and End go to the first and last row: a DataTable scrolls sideways with them.
+    BINDINGS = [Binding("home", "first_row", "First row", show=False),
+                Binding("end", "last_row", "Last row", show=False)]
 
     def __init__(self, *, id: str, stylers: Mapping[int, Styler] | None = None) -> None:
         super().__init__(id=id, cursor_type="row")
         self._stylers = dict(stylers or {})
         self._shown: dict[str, tuple[Any, ...]] = {}
+        self._columns_shown: tuple[ColumnSpec, ...] = ()
+        self.pinned = False  # the operator chose the row under the cursor
 
-    def show(self, rows: Iterable[Row]) -> None:
-        """Show `rows` in order, touching only the cells that changed."""
+    def pin(self) -> None:
+        """The row under the cursor is the operator's choice: follow it."""
+        self.pinned = self.row_count > 0
+
+    def action_cursor_up(self) -> None:
+        super().action_cursor_up()
+        self.pin()
+
+    def action_cursor_down(self) -> None:
+        super().action_cursor_down()
+        self.pin()
+
+    def action_page_up(self) -> None:
+        super().action_page_up()
+        self.pin()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self.pin()
+
+    def on_click(self, event: events.Click) -> None:
+        self.pin()  # after DataTable's own handler moved the cursor to the row clicked
+
+    @property
+    def selected(self) -> str | None:
+        """The key of the row under the cursor."""
+        if self.row_count == 0:
+            return None
+        try:
+            key = self.coordinate_to_cell_key(self.cursor_coordinate).row_key
+        except Exception:  # no row under the cursor
+            return None
+        return None if key.value is None else str(key.value)
+
+    def action_first_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0)
+            self.pin()
+
+    def action_last_row(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1)
+            self.pin()
+
+    def set_columns(self, columns: Sequence[ColumnSpec]) -> None:
+        """Labels and widths of the columns; the table is rebuilt only when they change
+        (a sort arrow moved, the terminal was resized)."""
+        spec = tuple(columns)
+        if spec == self._columns_shown:
+            return
+        keep = self.selected
+        rows = list(self._shown.items())
+        self.clear(columns=True)
+        for label, width in spec:
+            self.add_column(label, width=width)
+        self._columns_shown, self._shown = spec, {}
+        if rows:
+            self._replace(rows, keep)
+
+    def show(self, rows: Iterable[Row], *, follow: bool = True, announce: bool = True) -> None:
+        """Show `rows` in order, touching only the cells that changed. `follow`: the
+        cursor stays on its row (False: on its line, as after a page move);
+        `announce`: post `SelectionLeft` when that row is gone."""
         fresh = [(key, tuple(cells)) for key, cells in rows]
         if self.row_count != len(self._shown) or [k for k, _ in fresh] != list(self._shown):
-            self._replace(fresh)
+            keep = self.selected if follow and self.pinned else None
+            left = self._replace(fresh, keep)
+            if left is not None:
+                self.pinned = False
+                if announce:
+                    self.post_message(self.SelectionLeft(self, left, self.selected))
             return
-        changes: Changes = {}
+        changes: list[tuple[str, int, Any]] = []
         for key, cells in fresh:
             before = self._shown[key]
             if cells != before:
-                changes[key] = [(i, new) for i, (old, new) in
-                                enumerate(zip(before, cells, strict=False)) if old != new]
+                changes += [(key, i, new) for i, (old, new) in
+                            enumerate(zip(before, cells, strict=False)) if old != new]
                 self._shown[key] = cells
-        if changes and not self._update_in_place(changes):
-            columns = list(self.columns)
-            for key, updates in changes.items():
-                for i, value in updates:
-                    self.update_cell(key, columns[i], self._styled(i, value))
+        if changes:
+            self._update(changes)
 
-    def _update_in_place(self, changes: Changes) -> bool:
-        """Change the cells and forget the renders of those cells and rows only.
-
-        `update_cell` bumps a counter that every render cache of the DataTable is keyed
-        by: one changed cell re-renders every visible cell, 25-55 ms for the 42 lines of
-        the alarms page on a loaded 2-core machine, on each redraw (its countdowns move);
-        this takes about half. It reaches into Textual's DataTable (8.x; test_table.py
-        checks what it draws): False when that does not look as expected, and the
-        caller falls back on `update_cell`.
-        """
-        try:
-            data, locations = self._data, self._row_locations
-        except AttributeError:
-            return False
+    def _update(self, changes: list[tuple[str, int, Any]]) -> None:
         columns = list(self.columns)
-        cells: set[tuple[RowKey, ColumnKey]] = set()
-        for key, updates in changes.items():
-            row = RowKey(key)
-            for i, value in updates:
-                data[row][columns[i]] = self._styled(i, value)
-                cells.add((row, columns[i]))
-        rows = {RowKey(key) for key in changes}
-        indexes = {locations.get(row) for row in rows}
-        if not self._forget(cells, rows, indexes):
-            self._update_count += 1  # the caches are keyed by it: drop them all
-            self.refresh()
-            return True
-        for index in indexes:
-            if index is not None:
-                self.refresh_row(index)
-        return True
+        styled = [(RowKey(key), columns[i], self._styled(i, value)) for key, i, value in changes]
+        if not set_cells_in_place(self, styled):
+            for row, column, value in styled:
+                self.update_cell(row, column, value)
+            return
+        forget_renders(self, {(row, column) for row, column, _ in styled},
+                       {row for row, _, _ in styled})
 
-    def _forget(self, cells: set[tuple[RowKey, ColumnKey]], rows: set[RowKey],
-                indexes: set[int | None]) -> bool:
-        """Drop the cached renders of `cells` and of the lines of `rows`."""
-        try:
-            cell_cache, row_cache = self._cell_render_cache, self._row_render_cache
-            renderables, lines = self._row_renderable_cache, self._line_cache
-        except AttributeError:
-            return False
-        # Keys: cells (row, column, ...), rows (row, ...), renderables (count, index),
-        # lines (y, ...).
-        _discard(cell_cache, lambda k: (k[0], k[1]) in cells)
-        _discard(row_cache, lambda k: k[0] in rows)
-        _discard(renderables, lambda k: k[1] in indexes)
-        _discard(lines, lambda k: self._row_at(k[0]) in rows)
-        return True
-
-    def _row_at(self, y: int) -> RowKey | None:
-        try:
-            return self._get_offsets(y)[0]
-        except (LookupError, IndexError):
-            return None
-
-    def _replace(self, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
-        """Other rows or another order: refill, the cursor staying on its line."""
-        cursor = self.cursor_row
+    def _replace(self, rows: list[tuple[str, tuple[Any, ...]]], keep: str | None) -> str | None:
+        """Other rows or another order: refill. The cursor goes to the row `keep` where
+        it now is, else stays on its line; returns `keep` when that row is gone."""
+        line = self.cursor_row
         self.clear()
         self._shown = {}
         for key, cells in rows:
             self.add_row(*(self._styled(i, c) for i, c in enumerate(cells)), key=key)
             self._shown[key] = cells
+        keys = list(self._shown)
+        if keep is not None and keep in self._shown:
+            self.move_cursor(row=keys.index(keep))
+            return None
         if rows:
-            self.move_cursor(row=min(cursor, len(rows) - 1))
+            self.move_cursor(row=min(line, len(rows) - 1))
+        return keep
 
     def _styled(self, column: int, value: Any) -> Any:
+        """What the table draws for a plain value: styled, and a text too long for its
+        column cut with an ellipsis (a DataTable crops it without one, and a name cut
+        silently reads as another name). A plain string becomes a `Text`: DataTable
+        parses strings as markup, which costs most of a cell's render and turns an
+        error message such as "expected '[/]'" into markup (or a markup error)."""
+        if isinstance(value, str) and column < len(self._columns_shown):
+            width = self._columns_shown[column][1]
+            if len(value) > width > 1:
+                value = value[:width - 1] + "…"
         styler = self._stylers.get(column)
-        return value if styler is None else styler(value)
+        if styler is not None:
+            return styler(value)
+        return Text(value, end="") if isinstance(value, str) else value
 
 
-def _discard(cache: LRUCache[K, Any], doomed: Callable[[K], bool]) -> None:
-    for key in [k for k in cache.keys() if doomed(k)]:
-        cache.discard(key)
+def arrow_label(label: str, arrow: bool | None) -> str:
+    """A column label with the sort arrow: ▲ ascending, ▼ descending, none unsorted."""
+    if arrow is None:
+        return label
+    return f"{label} {'▼' if arrow else '▲'}"
