@@ -14,16 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.errors import StorageError
-from alarmtop.core.storage.interface import LogChain
+from alarmtop.core.storage.interface import ChainBroken, LogChain
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-
-
-class ChainBroken(StorageError):
-    """An earlier write of the same invocation's log was not made."""
 
 
 class ChainedWrite:

@@ -1,0 +1,121 @@
+"""The PostgreSQL schema of alarmtop, as ordered migrations with a version row.
+
+Everything lives in the schema `alarmtop` (an object's own SQL runs in a schema of
+its own, made on first use): alarm rows, execution logs, history, the ledger, the
+audit log, object key-values and intents, and the fleet's shard leases and nodes.
+Epoch milliseconds are BIGINT. Never edit a released entry: append one.
+"""
+
+from __future__ import annotations
+
+SCHEMA = "alarmtop"
+
+MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE {SCHEMA}.alarms (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        shard INTEGER NOT NULL,
+        scheduled_ms BIGINT NOT NULL,
+        state TEXT NOT NULL,
+        retry_count INTEGER NOT NULL,
+        next_attempt_ms BIGINT,
+        last_error TEXT,
+        attempts TEXT,
+        started_ms BIGINT,
+        gen BIGINT NOT NULL DEFAULT 0,
+        hint_ms BIGINT,
+        hint_gen BIGINT NOT NULL DEFAULT 0,
+        in_file BOOLEAN NOT NULL DEFAULT FALSE,
+        attempt_count INTEGER NOT NULL DEFAULT 0,
+        due_ms BIGINT,
+        PRIMARY KEY (object_class, object_name)
+    );
+    CREATE INDEX alarms_due ON {SCHEMA}.alarms (shard, due_ms) WHERE due_ms IS NOT NULL;
+    CREATE INDEX alarms_state ON {SCHEMA}.alarms (state);
+    CREATE TABLE {SCHEMA}.objects (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        file TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (object_class, object_name)
+    );
+    CREATE TABLE {SCHEMA}.object_kv (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (object_class, object_name, key)
+    );
+    CREATE TABLE {SCHEMA}.object_intents (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        gen BIGINT NOT NULL,
+        at_ms BIGINT,
+        PRIMARY KEY (object_class, object_name)
+    );
+    CREATE TABLE {SCHEMA}.executions (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        version TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX executions_status ON {SCHEMA}.executions (status, updated_ms);
+    CREATE TABLE {SCHEMA}.operations (
+        execution_id TEXT NOT NULL,
+        op_id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (execution_id, op_id)
+    );
+    CREATE TABLE {SCHEMA}.history (
+        execution_id TEXT NOT NULL,
+        event_id INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (execution_id, event_id)
+    );
+    CREATE TABLE {SCHEMA}.ledger (
+        key TEXT PRIMARY KEY,
+        value TEXT,
+        at_ms BIGINT NOT NULL,
+        deliveries INTEGER NOT NULL
+    );
+    CREATE TABLE {SCHEMA}.audit (
+        seq BIGSERIAL PRIMARY KEY,
+        at_ms BIGINT NOT NULL,
+        actor TEXT NOT NULL,
+        role TEXT,
+        action TEXT NOT NULL,
+        target TEXT,
+        reason TEXT,
+        ok BOOLEAN NOT NULL,
+        detail TEXT,
+        node TEXT
+    );
+    CREATE TABLE {SCHEMA}.shards (
+        shard INTEGER PRIMARY KEY,
+        owner TEXT,
+        epoch BIGINT NOT NULL DEFAULT 0,
+        expires_ms BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE TABLE {SCHEMA}.nodes (
+        node_id TEXT PRIMARY KEY,
+        address TEXT,
+        started_ms BIGINT NOT NULL,
+        renewed_ms BIGINT NOT NULL,
+        stopped_ms BIGINT
+    );
+    CREATE TABLE {SCHEMA}.leases (
+        name TEXT PRIMARY KEY,
+        owner TEXT,
+        epoch BIGINT NOT NULL DEFAULT 0,
+        expires_ms BIGINT NOT NULL DEFAULT 0
+    );
+    """,
+]
+
+
+def statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
