@@ -11,7 +11,13 @@ from typing import Any
 
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.dispatch import AlarmDispatcher
-from alarmtop.core.alarms.policy import DEFAULT_KEEP, AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.alarms.policy import (
+    DEFAULT_KEEP,
+    AlarmRecord,
+    AlarmState,
+    Attempt,
+    RetryPolicy,
+)
 from alarmtop.core.alarms.scheduler import AlarmScheduler
 from alarmtop.core.alarms.status import AlarmStatus
 from alarmtop.core.clock import Clock, SystemClock
@@ -26,6 +32,8 @@ from alarmtop.core.errors import (
 )
 from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
+from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
+from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
@@ -107,7 +115,7 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP) -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str = "127.0.0.1") -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -133,6 +141,9 @@ class Runtime:
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
         self.running = False
+        self._router: Router = Router()
+        self._node_server: NodeServer | None = None
+        self._node_host = node_host
         # Durable executions: execution objects share one engine and the backend's log store.
         from alarmtop.core.durable.service import (
             EXECUTION_CLASS,
@@ -211,10 +222,27 @@ class Runtime:
         return self._cron.add(expression, fn, name, timezone)
 
     async def start(self) -> None:
-        """Open storage, recover attempts cut short by a crash, start firing alarms."""
+        """Open storage, recover attempts cut short by a crash, start firing alarms.
+
+        On a shared backend the runtime is a node of a fleet: it listens for other
+        nodes' calls first, then takes its share of the shards."""
         if self.running:
             return
-        await self.backend.open()
+        backend = self.backend
+        if isinstance(backend, FleetBackend):
+            self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
+                                           self._serve_node, host=self._node_host)
+            await self._node_server.start()
+            backend.bind(self._shards_changed, self._node_server.address)
+        try:
+            await backend.open()
+        except BaseException:
+            if self._node_server is not None:
+                await self._node_server.stop()
+                self._node_server = None
+            raise
+        if isinstance(backend, FleetBackend):
+            self._router = FleetRouter(backend)
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
@@ -230,6 +258,11 @@ class Runtime:
         await self.scheduler.stop()
         await self.host.stop()
         await self.tasks.close()
+        await self._router.close()
+        self._router = Router()
+        if self._node_server is not None:
+            await self._node_server.stop()
+            self._node_server = None
         await self.backend.close()
 
     async def __aenter__(self) -> Runtime:
@@ -265,6 +298,14 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
+        peer = await self._router.peer((class_name, name))
+        if peer is not None:  # another node holds the object's shard: it runs the call
+            return await peer.request("call", cls=class_name, name=name, method=method,
+                                      args=list(args), kwargs=kwargs)
+        return await self._call_here(class_name, name, method, args, kwargs)
+
+    async def _call_here(self, class_name: str, name: str, method: str,
+                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
@@ -272,6 +313,56 @@ class Runtime:
         if error is not None:
             raise error  # its writes are kept: the event committed
         return json_copy(value, f"the result of {class_name}.{method}")
+
+    # -- the fleet ------------------------------------------------------------------------
+
+    async def _serve_node(self, request: dict[str, Any]) -> Any:
+        """Another node forwards an object's event here, where its shard is held."""
+        self._check_running()
+        op = request.get("op")
+        if op == "call":
+            cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])
+            self._class_name(cls)
+            fn = getattr(self._classes[cls], method, None)
+            if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
+                raise UnknownMethod(cls, method)
+            if await self._router.peer((cls, check_object_name(name))) is not None:
+                raise InvalidArgument(f"{cls}/{name} moved to another node; call it again")
+            return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
+                                         dict(request.get("kwargs") or {}))
+        if op == "operate":
+            action = str(request["action"])
+            status = await self._operate_here(str(request["cls"]), str(request["name"]),
+                                              action, request.get("at_ms"))
+            return status.to_dict()
+        raise InvalidArgument(f"unknown node operation {op!r}")
+
+    def _shards_changed(self, gained: set[int], lost: set[int]) -> None:
+        """The backend gained or lost shard leases: the scheduler and the host follow."""
+        if not self.running:
+            return  # start() loads what is held when it starts the scheduler
+        backend = self.backend
+        assert isinstance(backend, FleetBackend)
+
+        def in_lost(key: tuple[str, str]) -> bool:
+            return backend.shard_of(key) in lost
+
+        self.tasks.spawn(self._follow_shards(bool(gained), in_lost if lost else None),
+                         name="shards")
+
+    async def _follow_shards(self, gained: bool,
+                             lost: Callable[[tuple[str, str]], bool] | None) -> None:
+        if lost is not None:
+            self.scheduler.forget(lost)
+            await self.host.release(lost)
+        if gained:
+            await self.scheduler.reload()
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """The fleet's nodes (one, on a backend that is not shared)."""
+        if isinstance(self.backend, FleetBackend):
+            return await self.backend.nodes()
+        return [{"node_id": "local", "address": None, "shards": None, "up": True}]
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
@@ -347,21 +438,46 @@ class Runtime:
                     at_ms: Any = None) -> AlarmStatus:
         """Give an alarm (typically a dead letter) a fresh ladder at `at_ms` (None: now)."""
         at = self.clock.now_ms() if at_ms is None else alarm_time_ms(at_ms)
-        return await self._operate(cls, name, "re-arm",
-                                   lambda rec: self.scheduler.rearm(rec, at))
+        return await self._operate_routed(cls, name, "re-arm", at)
 
     async def fire_now(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
         """Run the alarm's next attempt now (a dead letter is re-armed for now)."""
-        return await self._operate(cls, name, "fire", self.scheduler.fire_now)
+        return await self._operate_routed(cls, name, "fire", None)
 
     async def clear_dead_letter(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
         """Drop a dead letter for good (it stays in the event log)."""
-        async def clear(rec: AlarmRecord) -> None:
-            if rec.state is not AlarmState.DEAD:
-                raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
-                                      f"{rec.state.value}, not a dead letter; nothing cleared")
-            await self.scheduler.commit(rec.key, P.delete_alarm(rec))
-        return await self._operate(cls, name, "clear", clear)
+        return await self._operate_routed(cls, name, "clear", None)
+
+    async def _operate_routed(self, cls: type[DurableObject] | str, name: str, action: str,
+                              at_ms: int | None) -> AlarmStatus:
+        """An operator's action runs where the alarm runs: on the node holding its shard."""
+        self._check_running()
+        key = (self._class_name(cls), check_object_name(name))
+        peer = await self._router.peer(key)
+        if peer is None:
+            return await self._operate_here(key[0], key[1], action, at_ms)
+        data = await peer.request("operate", cls=key[0], name=key[1], action=action,
+                                  at_ms=at_ms)
+        data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
+        return AlarmStatus(**data)
+
+    async def _operate_here(self, cls: str, name: str, action: str,
+                            at_ms: int | None) -> AlarmStatus:
+        if action == "re-arm":
+            at = self.clock.now_ms() if at_ms is None else at_ms
+            return await self._operate(cls, name, action,
+                                       lambda rec: self.scheduler.rearm(rec, at))
+        if action == "fire":
+            return await self._operate(cls, name, action, self.scheduler.fire_now)
+        if action == "clear":
+            async def clear(rec: AlarmRecord) -> None:
+                if rec.state is not AlarmState.DEAD:
+                    raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
+                                          f"{rec.state.value}, not a dead letter; nothing "
+                                          "cleared")
+                await self.scheduler.commit(rec.key, P.delete_alarm(rec))
+            return await self._operate(cls, name, action, clear)
+        raise InvalidArgument(f"unknown alarm action {action!r}")
 
     async def sweep(self) -> int:
         """Run the sweeper now; returns how many overdue alarms it re-queued."""

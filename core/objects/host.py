@@ -340,6 +340,12 @@ class ObjectHost:
         finally:
             await store.close()
 
+    async def release(self, which: Callable[[ObjectKey], bool]) -> None:
+        """Hibernate the objects `which` picks (their shard moved to another node): their
+        next event runs there. One busy with an event ends it; its commit is fenced out."""
+        for key in [k for k in self._residents if which(k)]:
+            await self.hibernate(key)
+
     # -- hibernation ----------------------------------------------------------------------
 
     async def hibernate(self, key: ObjectKey) -> bool:

@@ -108,12 +108,18 @@ class AlarmIndex(Protocol):
     async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
         """Live alarms due after `after_ms`, soonest first: at least `limit` of them
         when there are that many (ties with the last one included), and whether the
-        page reached the end."""
+        page reached the end. Only the alarms this node runs (in a fleet: of the
+        shards it holds)."""
         ...
 
-    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]: ...
+    async def in_state(self, state: str, limit: int, offset: int = 0, *,
+                       mine: bool = False) -> list[AlarmRecord]:
+        """Alarms in `state` (`mine`: only those this node runs)."""
+        ...
 
-    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]: ...
+    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]:
+        """Alarms due before `before_ms` that this node runs."""
+        ...
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:

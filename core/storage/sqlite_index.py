@@ -364,7 +364,8 @@ class SqliteAlarmIndex:
     async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
         return await self._run(self._due_after, after_ms, limit)
 
-    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]:
+    async def in_state(self, state: str, limit: int, offset: int = 0, *,
+                       mine: bool = False) -> list[AlarmRecord]:
         return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms WHERE state=? "
                                "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
                                (state, limit, offset))

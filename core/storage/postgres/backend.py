@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
+import secrets
 import socket
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.errors import InvalidArgument, StorageError
+from alarmtop.core.storage.postgres import leases as L
 from alarmtop.core.storage.postgres.executions import PgExecutionStore
 from alarmtop.core.storage.postgres.index import LeaseLost, PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
@@ -30,6 +34,15 @@ if TYPE_CHECKING:
 
 ObjectKey = tuple[str, str]
 DEFAULT_POOL = 20
+# Told (gained, lost) when the shards this node holds change.
+ShardListener = Callable[[set[int], set[int]], None]
+log = logging.getLogger("alarmtop.fleet")
+
+
+def wall_ms() -> int:
+    """Leases are between processes, so they run on the wall clock (not the runtime's
+    clock, which may be a test's virtual one)."""
+    return time.time_ns() // 1_000_000
 
 
 def shard_of(key: ObjectKey, shards: int) -> int:
@@ -72,8 +85,16 @@ class PostgresBackend:
         self.pool_size = pool_size
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
+        self.address: str | None = None  # where other nodes reach this one
+        self.cluster_secret = ""
+        self.step: int | None = None  # shards moved per lease round (None: all at once)
+        self.nodes_seen: list[L.NodeRow] = []
+        self._renewed_ms = 0
+        self._rounds = 0
+        self._keeper: asyncio.Task[None] | None = None
+        self._on_change: ShardListener | None = None
         self._index = PgAlarmIndex(self._require_pool, self._connect, self.shard_of,
-                                   self.fence)
+                                   self.fence, self.owned_shards)
         self._executions = PgExecutionStore(self._index, self.node_id)
 
     # -- the protocol ---------------------------------------------------------------------
@@ -109,22 +130,40 @@ class PostgresBackend:
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
                 await self._check_shards(conn)
-                await self._claim_all(conn)
+                self.cluster_secret = await self._secret(conn)
+            await self.keep_leases_once()
             await self._index.open()
         except BaseException:
             await self._pool.close()
             self._pool = None
             raise
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_leases(),
+                                                             name="pg-leases")
+
+    def bind(self, on_change: ShardListener, address: str | None = None) -> None:
+        """Told by the runtime: call `on_change(gained, lost)` when this node's shards
+        change; `address` is where other nodes reach it (recorded with its heartbeat)."""
+        self._on_change = on_change
+        if address is not None:
+            self.address = address
 
     async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         await self._index.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
+            held, self.epochs = sorted(self.epochs), {}
             try:
                 async with pool.acquire() as conn:
-                    # A clean stop hands its shards over at once.
+                    # A clean stop hands its shards over at once, and says it stopped.
                     await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
-                                       "WHERE owner = $1", self.node_id)
+                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
+                                       self.node_id, held)
+                    await conn.execute(f"UPDATE {SCHEMA}.nodes SET stopped_ms = $2 WHERE "
+                                       "node_id = $1", self.node_id, wall_ms())
             except Exception:  # the next owner waits for the leases to run out instead
                 pass
             try:
@@ -184,12 +223,144 @@ class PostgresBackend:
                                   f"started with {self.shards}: start it with shards={stored} "
                                   "(the shard count of a fleet cannot change)")
 
-    async def _claim_all(self, conn: PgConn) -> None:
-        """One node alone: it takes every shard (a fleet shares them: see the lease loop)."""
-        rows = await conn.fetch(f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, "
-                                "expires_ms = $2 RETURNING shard, epoch", self.node_id,
-                                2**62)
-        self.epochs = {int(r[0]): int(r[1]) for r in rows}
+    async def _secret(self, conn: PgConn) -> str:
+        """The cluster's secret for node-to-node calls, made by the first node."""
+        await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('cluster_secret', $1) "
+                           "ON CONFLICT DO NOTHING", secrets.token_urlsafe(32))
+        value: str = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = "
+                                         "'cluster_secret'")
+        return value
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        """Renew, claim and hand over, every third of a lease, until closed."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.keep_leases_once()
+            except Exception as exc:  # PostgreSQL away: the leases run out, others take over
+                log.warning("node %s could not renew its shard leases: %s", self.node_id, exc)
+                self._lose_expired()
+
+    def _lose_expired(self) -> None:
+        """Without PostgreSQL a node cannot know it still holds its shards once their
+        leases ran out: it stops running them (its writes would not land anyway)."""
+        if wall_ms() > self._renewed_ms + self.lease_ms:
+            lost = set(self.epochs)
+            if lost:
+                self.epochs = {}
+                self._changed(set(), lost)
+
+    @property
+    def lease_ms(self) -> int:
+        return round(self.lease_s * 1000)
+
+    async def keep_leases_once(self) -> None:
+        """One round: heartbeat, renew what is held, claim or hand over toward the fair
+        share. The keeper runs it on the wall clock: leases are between processes."""
+        now = wall_ms()
+        until = now + self.lease_ms
+        pool = self._require_pool()
+        async with pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    f"INSERT INTO {SCHEMA}.nodes (node_id, address, started_ms, renewed_ms) "
+                    "VALUES ($1, $2, $3, $3) ON CONFLICT (node_id) DO UPDATE SET address = "
+                    "EXCLUDED.address, renewed_ms = EXCLUDED.renewed_ms, stopped_ms = NULL",
+                    self.node_id, self.address, now)
+                renewed = await conn.fetch(
+                    f"UPDATE {SCHEMA}.shards SET expires_ms = $2 WHERE owner = $1 AND "
+                    "shard = ANY($3::int[]) RETURNING shard, epoch", self.node_id, until,
+                    sorted(self.epochs))
+                still = {int(r[0]): int(r[1]) for r in renewed
+                         if self.epochs.get(int(r[0])) == int(r[1])}
+                rows = [L.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3])) for r in
+                        await conn.fetch(f"SELECT shard, owner, epoch, expires_ms FROM "
+                                         f"{SCHEMA}.shards ORDER BY shard")]
+                nodes = [L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
+                    f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")]
+                live = L.live_nodes(nodes, now, self.lease_ms)
+                first = not self._rounds
+                decided = L.plan(self.node_id, rows, live, now, self.shards, step=self.step,
+                                 mine=frozenset() if first else frozenset(still))
+                released: set[int] = set()
+                if decided.release:
+                    for s in decided.release:
+                        still.pop(s, None)  # stop fencing them in first
+                    await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
+                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
+                                       self.node_id, decided.release)
+                    released = set(decided.release)
+                claimed = {}
+                if decided.claim:
+                    got = await conn.fetch(
+                        f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = "
+                        "$2 WHERE shard = ANY($3::int[]) AND (owner IS NULL OR owner = $1 OR "
+                        "expires_ms <= $4 OR NOT owner = ANY($5::text[])) RETURNING shard, "
+                        "epoch", self.node_id, until, decided.claim, now, live)
+                    claimed = {int(r[0]): int(r[1]) for r in got}
+        before = set(self.epochs)
+        self.epochs = {**still, **claimed}
+        self._renewed_ms = now
+        self._rounds += 1
+        self.nodes_seen = nodes
+        after = set(self.epochs)
+        gained, lost = after - before, (before - after) | (released & before)
+        if gained or lost:
+            self._changed(gained, lost)
+
+    def _changed(self, gained: set[int], lost: set[int]) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(gained, lost)
+            except Exception:
+                log.exception("the runtime failed to take in a change of its shards")
+
+    async def claim_now(self, shard: int) -> bool:
+        """Claim a shard that has no live owner, for a call that needs it now."""
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            live = L.live_nodes([L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
+                f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")],
+                now, self.lease_ms)
+            row = await conn.fetchrow(
+                f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = $2 "
+                "WHERE shard = $3 AND (owner IS NULL OR expires_ms <= $4 OR NOT owner = "
+                "ANY($5::text[])) RETURNING epoch", self.node_id, now + self.lease_ms, shard,
+                now, live)
+        if row is None:
+            return False
+        self.epochs[shard] = int(row[0])
+        self._changed({shard}, set())
+        return True
+
+    async def owner_of(self, key: ObjectKey) -> tuple[str | None, str | None]:
+        """The node holding the object's shard and where to reach it (None when no live
+        node holds it)."""
+        shard = self.shard_of(key)
+        if shard in self.epochs:
+            return self.node_id, self.address
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            row = await conn.fetchrow(
+                f"SELECT s.owner, n.address, s.expires_ms FROM {SCHEMA}.shards s LEFT JOIN "
+                f"{SCHEMA}.nodes n ON n.node_id = s.owner WHERE s.shard = $1", shard)
+        if row is None or row[0] is None or int(row[2]) <= now:
+            return None, None
+        return str(row[0]), row[1]
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every node the fleet has seen: id, address, shards held, last renewal, up."""
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            rows = await conn.fetch(
+                f"SELECT n.node_id, n.address, n.started_ms, n.renewed_ms, n.stopped_ms, "
+                f"(SELECT count(*) FROM {SCHEMA}.shards s WHERE s.owner = n.node_id AND "
+                f"s.expires_ms > $1) FROM {SCHEMA}.nodes n ORDER BY n.node_id", now)
+        return [{"node_id": r[0], "address": r[1], "started_ms": r[2], "renewed_ms": r[3],
+                 "stopped_ms": r[4], "shards": int(r[5]),
+                 "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
 
     async def fence(self, conn: PgConn, shards: set[int]) -> None:
         """In the writer's transaction: proceed only while this node still holds each

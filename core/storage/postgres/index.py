@@ -73,11 +73,13 @@ class PgAlarmIndex:
 
     def __init__(self, pool_of: Callable[[], asyncpg.Pool], connect: Callable[
             [], Awaitable[PgConn]], shard_of: Callable[[AlarmKey], int],
-                 fence: Fence | None = None) -> None:
+                 fence: Fence | None = None,
+                 owned: Callable[[], Sequence[int]] | None = None) -> None:
         self._pool_of = pool_of
         self._connect = connect
         self.shard_of = shard_of
         self.fence = fence
+        self._owned = owned  # the shards this node runs (None: all)
         self._conn: PgConn | None = None
         self._queue: list[_Entry] = []
         self._wake = asyncio.Event()
@@ -241,10 +243,13 @@ class PgAlarmIndex:
                                  "AND object_name = $2", *key)
         return from_row(rows[0]) if rows else None
 
-    async def due_after(self, after_ms: float, limit: int,
-                        shards: Sequence[int] | None = None) -> tuple[list[AlarmRecord], bool]:
-        """Live alarms due after `after_ms` (of `shards` only, when given), soonest first:
+    def _mine(self) -> list[int] | None:
+        return None if self._owned is None else list(self._owned())
+
+    async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
+        """Live alarms of the shards this node holds due after `after_ms`, soonest first:
         at least `limit` of them when there are that many (ties included)."""
+        shards = self._mine()
         after = -(2**62) if after_ms == float("-inf") else int(after_ms)
         where, extra = self._shards_where(shards, 3)
         base = f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE due_ms > $1 {where}"
@@ -267,15 +272,19 @@ class PgAlarmIndex:
             return "", []
         return f"AND shard = ANY(${n}::int[])", [list(shards)]
 
-    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]:
+    async def in_state(self, state: str, limit: int, offset: int = 0, *,
+                       mine: bool = False) -> list[AlarmRecord]:
+        where, extra = self._shards_where(self._mine() if mine else None, 4)
         return [from_row(r) for r in await self._fetch(
-            f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE state = $1 ORDER BY object_class, "
-            "object_name LIMIT $2 OFFSET $3", state, _limit(limit), offset)]
+            f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE state = $1 {where} ORDER BY "
+            "object_class, object_name LIMIT $2 OFFSET $3", state, _limit(limit), offset,
+            *extra)]
 
     async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]:
+        where, extra = self._shards_where(self._mine(), 3)
         return [from_row(r) for r in await self._fetch(
-            f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE due_ms < $1 ORDER BY due_ms "
-            "LIMIT $2", before_ms, limit)]
+            f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE due_ms < $1 {where} ORDER BY due_ms "
+            "LIMIT $2", before_ms, limit, *extra)]
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
