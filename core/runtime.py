@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,6 +56,11 @@ def check_object_name(name: Any) -> str:
         raise InvalidObjectName(f"object name {name!r} contains a lone surrogate (not valid "
                                 "text); names are UTF-8 text")
     return name
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Stub:
@@ -146,6 +151,7 @@ class Runtime:
         self.max_resident = max_resident
         self._reserved: dict[str, int] = {}  # who reserved descriptors: how many
         self.descriptor_limit: int | None = None  # the soft limit checked at start
+        self.abandoned: list[str] = []  # what the last stop() left behind
         # One event kind per method, made once: a stuck object's callers are told what
         # holds it ("busy handling a call to grant()").
         self._call_kinds: dict[str, EventKind] = {}
@@ -266,33 +272,44 @@ class Runtime:
         """Stop firing, hibernate every object, close storage: within `grace_s` seconds
         (None: however long it takes).
 
-        Handlers still running are cancelled, and a handler that does not end within
-        the grace is abandoned, as a crash would abandon it: its row stays 'running'
-        and the next start counts it as a crashed attempt. Whatever is left open then
-        (its database) is left to the process's exit."""
+        Handlers still running are cancelled, and one that does not end within the
+        grace is abandoned, as a crash would abandon it: its row stays 'running' and
+        the next start counts it as a crashed attempt. What was abandoned is named in
+        `abandoned` (empty after a clean stop): a task that ignores its cancellation
+        keeps its event loop from closing, so a process that must end then ends
+        without waiting for it (`alarmtop serve` does)."""
         if not self.running:
             return
         self.running = False
+        self.abandoned = []
         loop = asyncio.get_running_loop()
         end = None if grace_s is None else loop.time() + grace_s
 
         def left() -> float | None:
             return None if end is None else max(0.0, end - loop.time())
 
-        for what, step in (("cron jobs", self._cron.stop), ("alarm handlers",
-                                                              self.scheduler.stop),
-                           ("objects", self.host.stop)):
-            await self._bounded(what, step(), left())
-        await self.tasks.close(grace_s=left())
+        await self._bounded("cron jobs", self._cron.stop(), left())
+        await self._bounded("alarm handlers", self.scheduler.stop(), left())
+        await self._bounded("objects", self.host.stop(), left())
+        if await self.tasks.close(grace_s=left()):
+            self.abandoned.append("tasks")
         await self._bounded("storage", self.backend.close(), left())
 
-    async def _bounded(self, what: str, step: Awaitable[None], within: float | None) -> None:
-        try:
-            async with asyncio.timeout(within):
-                await step
-        except TimeoutError:
-            log.warning("stopping the runtime: %s did not stop in time; left behind (as "
-                        "after a crash, the next start recovers them)", what)
+    async def _bounded(self, what: str, step: Coroutine[Any, Any, None],
+                       within: float | None) -> None:
+        """Run one step of the stop for at most `within` seconds. Not under a timeout
+        that awaits the step's end: a step gathering a task that ignores cancellation
+        would never end, timeout or not. Left behind, it is cancelled, not awaited."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=within)
+        if done:
+            task.result()
+            return
+        task.cancel()
+        task.add_done_callback(_retrieve)  # if it ever ends, its error is not reported twice
+        self.abandoned.append(what)
+        log.warning("stopping the runtime: %s did not stop within the grace; left behind "
+                    "(as after a crash, the next start recovers them)", what)
 
     async def __aenter__(self) -> Runtime:
         await self.start()

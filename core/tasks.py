@@ -253,8 +253,9 @@ class Supervisor:
         """Accept tasks again (a runtime started after it was stopped)."""
         self._closed = False
 
-    async def close(self, grace_s: float | None = None) -> None:
-        """Cancel every task still running and wait for them to end.
+    async def close(self, grace_s: float | None = None) -> int:
+        """Cancel every task still running and wait for them to end; returns how many
+        were left behind.
 
         `grace_s` bounds the wait: a task that ignores cancellation for longer is left
         behind (logged) rather than holding shutdown up forever.
@@ -264,11 +265,12 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         if not tasks:
-            return
+            return 0
         _, pending = await asyncio.wait(tasks, timeout=grace_s)
         for task in pending:
             log.warning("task %s of the %s did not stop within %ss of being cancelled",
                         task.get_name(), self.name, grace_s)
+        return len(pending)
 
 
 class Blocker:
