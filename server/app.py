@@ -152,6 +152,7 @@ class OpsServer:
         self._server: Server | None = None
         self._serving = self._stopped = False
         self.viewers = 0
+        self.abandoned = 0  # tasks the last stop() left behind
         limits = self.objects.limits
         runtime.reserve_descriptors(
             "the ops server's sockets", max_clients + limits.max_total + SPARE_SOCKETS)
@@ -183,7 +184,8 @@ class OpsServer:
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
         """Close every connection and the port, within `grace_s` (None: however long
-        it takes): what has not ended by then is cut off. A second call does nothing."""
+        it takes): what has not ended by then is cut off, and `abandoned` counts the
+        tasks that ignored it. A second call does nothing."""
         if self._stopped:
             return
         self._stopped = True
@@ -203,8 +205,13 @@ class OpsServer:
                     await server.wait_closed()
             except TimeoutError:
                 self._cut_off(server)
-        await self.tasks.close(grace_s=left())
-        await self.ops.close(grace_s=left())
+                if server.handler_tasks:  # cancelled: most end on the next turn of the loop
+                    await asyncio.wait(set(server.handler_tasks), timeout=min(0.1, left() or 0.1))
+        left_behind = await self.tasks.close(grace_s=left())
+        left_behind += await self.ops.close(grace_s=left())
+        if server is not None:
+            left_behind += sum(not t.done() for t in server.handler_tasks)
+        self.abandoned = left_behind
 
     def _cut_off(self, server: Server) -> None:
         """Drop the connections and handlers that did not end in time."""

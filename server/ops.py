@@ -177,9 +177,10 @@ class OpsService:
                     "%s", cmd.op, f" {target}" if target else "", self.deadline_s,
                     time.monotonic() - started, safe_text(outcome))
 
-    async def close(self, grace_s: float | None = None) -> None:
-        """End the commands still running (at shutdown, as a crash would end them)."""
-        await self.tasks.close(grace_s)
+    async def close(self, grace_s: float | None = None) -> int:
+        """End the commands still running (at shutdown, as a crash would end them);
+        how many were left behind."""
+        return await self.tasks.close(grace_s)
 
     async def refused(self, session: Session, msg: Hello | Command | ProtocolError,
                       error: str) -> None:
