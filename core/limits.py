@@ -27,7 +27,9 @@ from alarmtop.core.errors import AlarmtopError, StorageError
 FDS_PER_DATABASE = 3  # the file, its -wal, its -shm
 # What the process uses beside databases and sockets, and is not open yet at start:
 # the event loop's selector and self-pipe, log files, a thread's pipe in `to_thread`,
-# the short-lived files of a database being created. Measured at about 10; room to spare.
+# the short-lived files of a database being created, handshakes. A started runtime
+# with its server holds 4 beyond its object databases (runtime.sqlite and its two, the
+# listening socket); the rest is room to spare.
 SLACK = 32
 
 
@@ -86,13 +88,18 @@ def shortfall(need: Need, limit: int, hard: int) -> str:
     sockets = f", {need.sockets:,} for {need.sockets_what or 'the server'}" if need.sockets \
         else ""
     hard_text = "unlimited" if hard < 0 else f"{hard:,}"
+    raise_it = (f"ulimit -n {need.total:,} in the shell that starts alarmtop (LimitNOFILE= in "
+                "a systemd unit)")
+    if fits_resident >= 1:
+        fix = (f"Lower max_resident to {fits_resident:,} or less (Runtime(max_resident=...)), "
+               f"or raise the limit: {raise_it}")
+    else:
+        fix = (f"Raise the limit: {raise_it}; even one resident object does not fit beside "
+               "the rest" + (" (or lower the server's socket caps)" if need.sockets else ""))
     return (f"not enough file descriptors: max_resident={need.max_resident:,} objects need "
             f"about {need.total:,} ({per} per open database: the file, its -wal and -shm"
             f"{sockets}, {need.in_use:,} already open, {SLACK} spare), but this process may "
-            f"open {limit:,} (ulimit -n; hard limit {hard_text}). Lower max_resident to "
-            f"{fits_resident:,} or less (Runtime(max_resident=...)), or raise the limit: "
-            f"ulimit -n {need.total:,} in the shell that starts alarmtop (LimitNOFILE= in "
-            "a systemd unit)")
+            f"open {limit:,} (ulimit -n; hard limit {hard_text}). {fix}")
 
 
 def in_use() -> int:

@@ -148,6 +148,7 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
     tokens, new_roles = read_tokens(data_dir)
     server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
                        allow_origins=allow_origins, command_timeout_s=command_timeout_s)
+    rt.check_descriptors()  # before the port: a budget that cannot fit costs nothing
     try:
         await server.bind()
     except OSError as exc:
