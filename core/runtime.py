@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.dispatch import AlarmDispatcher
 from alarmtop.core.alarms.policy import (
@@ -35,7 +38,7 @@ from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
 from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
-from alarmtop.core.objects.host import ObjectHost
+from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
 from alarmtop.core.storage.interface import StorageBackend
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
@@ -45,6 +48,8 @@ from alarmtop.core.tasks import Supervisor, tracker_of
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
                        "web_socket_error"})
 MAX_NAME_LENGTH = 256
+STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
+log = logging.getLogger("alarmtop.runtime")
 
 
 def check_object_name(name: Any) -> str:
@@ -59,6 +64,11 @@ def check_object_name(name: Any) -> str:
         raise InvalidObjectName(f"object name {name!r} contains a lone surrogate (not valid "
                                 "text); names are UTF-8 text")
     return name
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Stub:
@@ -107,6 +117,11 @@ class Runtime:
         sweep_interval: seconds between sweeps for overdue work and dead letters.
         keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
             first few); `AlarmStatus.attempt_count` counts them all.
+
+    `start()` checks that `max_resident` open databases (3 file descriptors each) and
+    the sockets a server reserved (`reserve_descriptors`) fit under the process's
+    descriptor limit, raising the soft limit to the hard one if need be; otherwise it
+    raises `DescriptorBudget`, which says what to change.
     """
 
     def __init__(self, data_dir: str | Path = "./data", clock: Clock | None = None, *,
@@ -140,6 +155,14 @@ class Runtime:
                                            alarm_timeout)
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
+        self.host.alarm_started = self.scheduler.running.get
+        self.max_resident = max_resident
+        self._reserved: dict[str, int] = {}  # who reserved descriptors: how many
+        self.descriptor_limit: int | None = None  # the soft limit checked at start
+        self.abandoned: list[str] = []  # what the last stop() left behind
+        # One event kind per method, made once: a stuck object's callers are told what
+        # holds it ("busy handling a call to grant()").
+        self._call_kinds: dict[str, EventKind] = {}
         self.running = False
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
@@ -221,13 +244,37 @@ class Runtime:
         """Run `fn` (sync or async) on a five-field cron schedule, on the runtime clock."""
         return self._cron.add(expression, fn, name, timezone)
 
+    def reserve_descriptors(self, what: str, count: int) -> None:
+        """Count `count` descriptors for `what` (a server's socket caps) in the budget
+        `start()` checks; checked again now if the runtime is running already."""
+        if count < 0:
+            raise InvalidArgument(f"reserve_descriptors: count is >= 0, not {count}")
+        self._reserved[what] = count
+        if self.running:
+            self.check_descriptors()
+
+    def check_descriptors(self) -> int:
+        """Fit the descriptor budget (see the class docs); the soft limit in force, -1
+        for none. Raises `DescriptorBudget` when it cannot fit."""
+        open_now = limits.in_use()
+        if self.running:
+            # Open already: the runtime database, the objects resident now.
+            open_now = max(0, open_now - limits.FDS_PER_DATABASE * (1 + self.host.live_count))
+        need = limits.Need(databases=self.max_resident + 1, sockets=sum(self._reserved.values()),
+                           in_use=open_now, max_resident=self.max_resident,
+                           sockets_what=" and ".join(self._reserved))
+        self.descriptor_limit = limits.fit(need)
+        return self.descriptor_limit
+
     async def start(self) -> None:
-        """Open storage, recover attempts cut short by a crash, start firing alarms.
+        """Check the descriptor budget, open storage, recover attempts cut short by a
+        crash, start firing alarms.
 
         On a shared backend the runtime is a node of a fleet: it listens for other
         nodes' calls first, then takes its share of the shards."""
         if self.running:
             return
+        self.check_descriptors()
         backend = self.backend
         if isinstance(backend, FleetBackend):
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
@@ -249,21 +296,57 @@ class Runtime:
         self.host.start()
         self._cron.start()
 
-    async def stop(self) -> None:
-        """Stop firing, hibernate every object, close storage."""
+    async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
+        """Stop firing, hibernate every object, close storage: within `grace_s` seconds
+        (None: however long it takes).
+
+        Handlers still running are cancelled, and one that does not end within the
+        grace is abandoned, as a crash would abandon it: its row stays 'running' and
+        the next start counts it as a crashed attempt. What was abandoned is named in
+        `abandoned` (empty after a clean stop): a task that ignores its cancellation
+        keeps its event loop from closing, so a process that must end then ends
+        without waiting for it (`alarmtop serve` does)."""
         if not self.running:
             return
         self.running = False
-        await self._cron.stop()
-        await self.scheduler.stop()
-        await self.host.stop()
-        await self.tasks.close()
-        await self._router.close()
-        self._router = Router()
+        self.abandoned = []
+        loop = asyncio.get_running_loop()
+        end = None if grace_s is None else loop.time() + grace_s
+
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - loop.time())
+
+        await self._bounded("cron jobs", self._cron.stop(), left())
+        await self._bounded("alarm handlers", self.scheduler.stop(), left())
+        await self._bounded("objects", self.host.stop(), left())
+        if await self.tasks.close(grace_s=left()):
+            self.abandoned.append("tasks")
+        await self._bounded("node calls", self._stop_node(), left())
+        await self._bounded("storage", self.backend.close(), left())
+
+    async def _bounded(self, what: str, step: Coroutine[Any, Any, None],
+                       within: float | None) -> None:
+        """Run one step of the stop for at most `within` seconds. Not under a timeout
+        that awaits the step's end: a step gathering a task that ignores cancellation
+        would never end, timeout or not. Left behind, it is cancelled, not awaited."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=within)
+        if done:
+            task.result()
+            return
+        task.cancel()
+        task.add_done_callback(_retrieve)  # if it ever ends, its error is not reported twice
+        self.abandoned.append(what)
+        log.warning("stopping the runtime: %s did not stop within the grace; left behind "
+                    "(as after a crash, the next start recovers them)", what)
+
+    async def _stop_node(self) -> None:
+        """No more calls to or from other nodes."""
+        router, self._router = self._router, Router()
+        await router.close()
         if self._node_server is not None:
-            await self._node_server.stop()
-            self._node_server = None
-        await self.backend.close()
+            server, self._node_server = self._node_server, None
+            await server.stop()
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -309,7 +392,8 @@ class Runtime:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
-        value, error, _ = await self.host.run_event((class_name, name), body)
+        value, error, _ = await self.host.run_event((class_name, name), body,
+                                                    self._kind(method, "a call to {}()"))
         if error is not None:
             raise error  # its writes are kept: the event committed
         return json_copy(value, f"the result of {class_name}.{method}")
@@ -373,9 +457,16 @@ class Runtime:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args)
 
-        _, error, _ = await self.host.run_event((class_name, check_object_name(name)), body)
+        _, error, _ = await self.host.run_event((class_name, check_object_name(name)), body,
+                                                self._kind(method, "its {}"))
         if error is not None:
             raise error
+
+    def _kind(self, method: str, what: str) -> EventKind:
+        kind = self._call_kinds.get(method)
+        if kind is None:
+            kind = self._call_kinds[method] = Call("handling " + what.format(method))
+        return kind
 
     # -- alarms ---------------------------------------------------------------------------
 
@@ -423,7 +514,9 @@ class Runtime:
         key = (self._class_name(cls), check_object_name(name))
         rec = await self.scheduler.lookup(key)
         if rec is not None and rec.state is AlarmState.RUNNING:
-            async with self.host.exclusive(key):
+            # Under an operator's patience (tasks.patience) this wait gives up with
+            # ObjectBusy, naming what holds the object; nothing is applied then.
+            async with self.host.exclusive(key, f"with an operator's {action}"):
                 rec = await self.scheduler.lookup(key)
                 if rec is None:
                     raise NoAlarm(*key, action)
