@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol, runtime_checkable
 
-from alarmtop.core.nodes import NodeClient, NodeUnreachable
+from alarmtop.core.errors import NodeUnreachable
+from alarmtop.core.nodes import NodeClient
 
 ObjectKey = tuple[str, str]
 CLAIM_WAIT_S = 5.0

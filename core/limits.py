@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from alarmtop.core.errors import AlarmtopError, StorageError
+from alarmtop.core.errors import DescriptorBudget
 
 FDS_PER_DATABASE = 3  # the file, its -wal, its -shm
 # What the process uses beside databases and sockets, and is not open yet at start:
@@ -31,21 +31,6 @@ FDS_PER_DATABASE = 3  # the file, its -wal, its -shm
 # with its server holds 4 beyond its object databases (runtime.sqlite and its two, the
 # listening socket); the rest is room to spare.
 SLACK = 32
-
-
-class DescriptorBudget(AlarmtopError):
-    """The runtime (and its server) would need more file descriptors than the process
-    may open; nothing was started. The message says what to change."""
-
-    def __init__(self, message: str, need: int, limit: int) -> None:
-        super().__init__(message)
-        self.need = need
-        self.limit = limit
-
-
-class OutOfDescriptors(StorageError):
-    """An object's database could not be opened: the process has no file descriptor
-    left (EMFILE). The event failed and none of its writes were kept."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 from alarmtop.core import errors as E
 from alarmtop.core.durable import errors as DE
+from alarmtop.core.errors import NodeUnreachable, RemoteCallError
 
 log = logging.getLogger("alarmtop.fleet")
 # The transport's own chatter (connections opened and closed) is not the operator's
@@ -34,20 +35,6 @@ _wire_log.setLevel(logging.WARNING)
 MAX_FRAME = 4 * 1024 * 1024
 CALL_TIMEOUT_S = 60.0
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-
-
-class RemoteCallError(E.AlarmtopError):
-    """The owner of an object raised something the caller's node cannot rebuild."""
-
-    def __init__(self, type_name: str, message: str, node: str) -> None:
-        super().__init__(f"{type_name}: {message} (on node {node})")
-        self.type_name = type_name
-        self.remote_message = message
-        self.node = node
-
-
-class NodeUnreachable(E.AlarmtopError):
-    """The node that holds an object's shard did not answer."""
 
 
 # Errors a caller sees as if the call had run on its own node.

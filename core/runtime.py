@@ -236,6 +236,10 @@ class Runtime:
                                                    max_delay_s=60.0))
         return fn
 
+    def registered_class(self, class_name: str) -> type[DurableObject] | None:
+        """The class registered under `class_name` (None: none is), waking nothing."""
+        return self._classes.get(class_name)
+
     def policy_for(self, class_name: str) -> RetryPolicy:
         return self._policies.get(class_name, self.retry_policy)
 

@@ -35,7 +35,7 @@ from typing import Any
 from alarmtop.core import AlarmStatus, Runtime
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import AlarmtopError
+from alarmtop.core.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.tasks import Supervisor, patience
 from alarmtop.server.listing import (
     MAX_SCAN,
@@ -60,10 +60,6 @@ DEADLINE_S = 5.0  # a command's answer comes within this (alarmtop serve --comma
 # write its audit row and answer with its own reason rather than a bare timeout.
 ANSWER_GRACE_S = 0.5
 log = logging.getLogger("alarmtop.server")
-
-
-class CommandTimeout(AlarmtopError):
-    """A command had no outcome by its deadline; it was left to finish."""
 
 
 class _Answer:

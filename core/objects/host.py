@@ -25,9 +25,9 @@ from typing import Any
 from alarmtop.core import outbox
 from alarmtop.core.alarms.intent import Intent
 from alarmtop.core.clock import Clock
-from alarmtop.core.errors import AlarmtopError, ReentrantCall, StorageError
+from alarmtop.core.errors import ObjectBusy, OutOfDescriptors, ReentrantCall, StorageError
 from alarmtop.core.events import EventBus
-from alarmtop.core.limits import OutOfDescriptors, out_of_descriptors
+from alarmtop.core.limits import out_of_descriptors
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
 from alarmtop.core.objects.storage_api import CALL_END, AlarmAccess, EventEnd, Storage
@@ -45,22 +45,6 @@ Body = Callable[[DurableObject], Awaitable[Any]]
 EventOutcome = tuple[Any, BaseException | None, BaseException | None]
 log = logging.getLogger("alarmtop.runtime")
 EMFILE_LOG_EVERY_S = 5.0  # one log line per this many seconds while descriptors run out
-
-
-class ObjectBusy(AlarmtopError):
-    """An event held the object's turn for longer than the caller could wait; the
-    caller's action was not done (it never got the turn)."""
-
-    def __init__(self, class_name: str, object_name: str, doing: str,
-                 age_s: float | None, waited_s: float) -> None:
-        since = "" if age_s is None else f" (started {age_s:.0f} s ago)"
-        super().__init__(f"{class_name}/{object_name} is busy {doing}{since}; nothing was "
-                         f"done after waiting {waited_s:g} s for it")
-        self.class_name = class_name
-        self.object_name = object_name
-        self.doing = doing
-        self.age_s = age_s
-        self.waited_s = waited_s
 
 
 class EventKind:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
-from alarmtop.core.errors import StorageError
 
 if TYPE_CHECKING:
     from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
@@ -157,10 +156,6 @@ class LogChain:
 
     def __init__(self) -> None:
         self.broken = False
-
-
-class ChainBroken(StorageError):
-    """An earlier write of the same invocation's log was not made."""
 
 
 class ExecutionStore(Protocol):

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.storage.interface import ChainBroken, LogChain
+from alarmtop.core.errors import ChainBroken
+from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.

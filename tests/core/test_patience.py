@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from alarmtop.core import DurableObject, VirtualClock
-from alarmtop.core.objects.host import ObjectBusy
+from alarmtop.core.errors import ObjectBusy
 from alarmtop.core.tasks import patience, patience_left
 from tests.conftest import RuntimeFactory
 

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.errors import InvalidArgument, StorageError
+from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres import leases as L
 from alarmtop.core.storage.postgres.executions import PgExecutionStore
-from alarmtop.core.storage.postgres.index import LeaseLost, PgAlarmIndex
+from alarmtop.core.storage.postgres.index import PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 

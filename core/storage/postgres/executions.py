@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.storage.interface import ChainBroken, LogChain
+from alarmtop.core.errors import ChainBroken
+from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.postgres.index import PgAlarmIndex, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
 

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
-from alarmtop.core.errors import StorageError
+from alarmtop.core.errors import LeaseLost, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -58,11 +58,6 @@ def from_row(row: Any) -> AlarmRecord:
     attempts = tuple(Attempt.from_dict(a) for a in json.loads(row[7])) if row[7] else ()
     return AlarmRecord(row[0], row[1], row[2], AlarmState(row[3]), row[4], row[5], row[6],
                        attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13])
-
-
-class LeaseLost(StorageError):
-    """This node no longer holds the lease of a shard it was writing: nothing of the
-    write was kept (another node owns those objects now)."""
 
 
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
