@@ -10,10 +10,11 @@ import asyncio
 import builtins
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.durable.timers import EXECUTION_TIMER, execution_timers, op_timers
 from alarmtop.core.errors import StorageError
 from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
@@ -51,25 +52,55 @@ class SqliteExecutionStore:
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
                    events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None) -> asyncio.Future[None]:
+                   chain: LogChain | None = None, *,
+                   marks: Mapping[str, str] | None = None,
+                   drop_ops: Sequence[str] = (),
+                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]:
         """Queue a checkpoint now (its place among writes is fixed); await it for durability."""
-        return self._db.submit(extra=self.checkpoint_write(execution_id, record, ops, events,
-                                                           chain))
+        return self._db.submit(extra=self.checkpoint_write(
+            execution_id, record, ops, events, chain, marks=marks, drop_ops=drop_ops,
+            drop_marks=drop_marks))
 
     @staticmethod
     def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
-                         chain: LogChain | None = None) -> WriteFn:
+                         chain: LogChain | None = None, *,
+                         marks: Mapping[str, str] | None = None,
+                         drop_ops: Sequence[str] = (),
+                         drop_marks: Sequence[str] = ()) -> WriteFn:
         """A checkpoint as a write to commit with others (the rows are taken now); in
-        `chain`, it refuses when an earlier write of the chain was refused."""
+        `chain`, it refuses when an earlier write of the chain was refused.
+
+        The execution's timers (`core.durable.timers`) are rewritten for every op and
+        record in it, in the same transaction; `drop_ops`/`drop_marks` (a redrive's
+        reset) are deleted first."""
         rec_row = None if record is None else (
             record.id, record.name, record.version, record.status.value, record.created_ms,
             record.updated_ms, _dumps(record.to_dict()))
         op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
         ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
+        mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
+        dropped = [(execution_id, op_id) for op_id in drop_ops]
+        dropped_marks = [(execution_id, k) for k in drop_marks]
+        timer_keys = [(execution_id, op.id) for op in ops]
+        timer_rows = [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                      for op in ops for t in op_timers(op)]
+        finished = record is not None and record.finished
+        if record is not None:
+            timer_keys.append((execution_id, EXECUTION_TIMER))
+            timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                           for t in execution_timers(record)]
 
         def write(conn: sqlite3.Connection) -> None:
+            if dropped:
+                conn.executemany("DELETE FROM operations WHERE execution_id = ? AND op_id = ?",
+                                 dropped)
+                conn.executemany("DELETE FROM execution_timers WHERE execution_id = ? AND "
+                                 "op_id = ?", dropped)
+            if dropped_marks:
+                conn.executemany("DELETE FROM execution_marks WHERE execution_id = ? AND "
+                                 "key = ?", dropped_marks)
             if rec_row is not None:
                 conn.execute("INSERT OR REPLACE INTO executions (id, name, version, status, "
                              "created_ms, updated_ms, data) VALUES (?,?,?,?,?,?,?)", rec_row)
@@ -79,6 +110,10 @@ class SqliteExecutionStore:
             if ev_rows:
                 conn.executemany("INSERT INTO history (execution_id, event_id, data) "
                                  "VALUES (?,?,?)", ev_rows)
+            if mark_rows:
+                conn.executemany("INSERT OR REPLACE INTO execution_marks (execution_id, key, "
+                                 "value) VALUES (?,?,?)", mark_rows)
+            _write_timers(conn, execution_id, timer_keys, timer_rows, finished)
 
         return write if chain is None else ChainedWrite(write, chain)
 
@@ -101,6 +136,37 @@ class SqliteExecutionStore:
             rows = conn.execute("SELECT data FROM operations WHERE execution_id = ?",
                                 (execution_id,)).fetchall()
             return [OperationRecord.from_dict(json.loads(r[0])) for r in rows]
+        return await self._db.read(read)
+
+    async def marks(self, execution_id: str) -> dict[str, str]:
+        """The values `ctx.now()`/`ctx.random()` recorded, by key."""
+        def read(conn: sqlite3.Connection) -> dict[str, str]:
+            return dict(conn.execute("SELECT key, value FROM execution_marks WHERE "
+                                     "execution_id = ?", (execution_id,)).fetchall())
+        return await self._db.read(read)
+
+    async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
+                     execution_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Pending execution timers, soonest first, paged by key: `after` is the
+        `key` of the last row of the previous page."""
+        def read(conn: sqlite3.Connection) -> builtins.list[dict[str, Any]]:
+            where, params = [], []
+            if after is not None:
+                where.append("(t.due_ms, t.execution_id, t.op_id, t.kind) > (?,?,?,?)")
+                params += list(after)
+            if execution_id is not None:
+                where.append("t.execution_id = ?")
+                params.append(execution_id)
+            sql = ("SELECT t.execution_id, t.op_id, t.kind, t.due_ms, t.name, e.name, e.status, "
+                   "json_extract(e.data, '$.paused') FROM execution_timers t JOIN executions e "
+                   "ON e.id = t.execution_id" + (" WHERE " + " AND ".join(where) if where
+                                                  else "") +
+                   " ORDER BY t.due_ms, t.execution_id, t.op_id, t.kind LIMIT ?")
+            rows = conn.execute(sql, [*params, limit]).fetchall()
+            return [{"execution_id": r[0], "op_id": r[1] or None, "kind": r[2],
+                     "due_ms": r[3], "name": r[4], "handler": r[5], "status": r[6],
+                     "paused": r[7] is not None, "key": [r[3], r[0], r[1], r[2]]}
+                    for r in rows]
         return await self._db.read(read)
 
     async def max_event_id(self, execution_id: str) -> int:
@@ -187,3 +253,19 @@ class SqliteExecutionStore:
                 d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
             return out
         return await self._db.read(read)
+
+
+def _write_timers(conn: sqlite3.Connection, execution_id: str,
+                  keys: Sequence[tuple[str, str]], rows: Sequence[tuple[Any, ...]],
+                  finished: bool) -> None:
+    """Replace the timers of the ops (and record) a checkpoint wrote; a finished
+    execution has none left."""
+    if finished:
+        conn.execute("DELETE FROM execution_timers WHERE execution_id = ?", (execution_id,))
+        return
+    if keys:
+        conn.executemany("DELETE FROM execution_timers WHERE execution_id = ? AND op_id = ?",
+                         keys)
+    if rows:
+        conn.executemany("INSERT OR REPLACE INTO execution_timers (execution_id, op_id, kind, "
+                         "due_ms, name) VALUES (?,?,?,?,?)", rows)
