@@ -54,10 +54,10 @@ async def replay_check(fn: DurableFunction, record: ExecutionRecord,
     inv = Invocation(rec, _copy(ops), 1, store, clock, faults, random.Random(0), dict(marks),
                      replay_only=True)
     text = record.input if input_text is None else input_text
-    ended, stop, divergence = "returned", None, None
+    ended, stop, divergence, result = "returned", None, None, None
     try:
         async with asyncio.timeout(deadline_s):
-            await fn.fn(json.loads(text), DurableContext(inv))
+            result = await fn.fn(json.loads(text), DurableContext(inv))
     except NonDeterministicExecutionError as exc:
         ended, divergence = "diverged", exc.divergence
     except ReplayFrontier as exc:
@@ -72,7 +72,18 @@ async def replay_check(fn: DurableFunction, record: ExecutionRecord,
         ended, stop = "raised", {"op_id": None, "reason": f"{type(exc).__name__}: {exc}"}
     if divergence is None and ended in ("returned", "raised", "aborted"):
         divergence = _not_called(ops, inv.visited)
-    return _report(fn, record, ops, inv.visited, ended, stop, divergence, deadline_s)
+    report = _report(fn, record, ops, inv.visited, ended, stop, divergence, deadline_s)
+    if ended == "returned":
+        report["result"] = _jsonable(result)  # what the replayed handler returned
+    return report
+
+
+def _jsonable(value: Any) -> Any:
+    # The report crosses RPC and the wire: a value that is not JSON goes as its repr.
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _not_called(ops: Mapping[str, OperationRecord], visited: list[str]) -> Divergence | None:

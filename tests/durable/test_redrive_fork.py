@@ -149,7 +149,7 @@ async def test_a_divergent_redrive_is_refused_unless_forced(make_runtime: Runtim
                                                             clock: VirtualClock) -> None:
     rt = await failed_trip(make_runtime, clock, "t5")
     before = await rt.executions.describe("t5")
-    with pytest.raises(ReplayDivergence, match="operation 2.*force=True") as caught:
+    with pytest.raises(ReplayDivergence, match=r"operation 2.*force=True") as caught:
         await rt.executions.redrive("t5", version="2")
     assert caught.value.report["divergence"]["op_id"] == "2"
     after = await rt.executions.describe("t5")
@@ -226,7 +226,7 @@ async def test_a_repeated_step_name_is_refused_for_a_fork(make_runtime: RuntimeF
     rt.register_execution(poller)
     await rt.executions.start("poller", None, execution_id="f1")
     await clock.advance(5)
-    with pytest.raises(ValidationError, match="occurs 2 times.*1, 3.*operation id"):
+    with pytest.raises(ValidationError, match=r"occurs 2 times.*1, 3.*operation id"):
         await rt.executions.fork("f1", from_step="poll", execution_id="f1-copy")
     assert await rt.executions.list() == [r for r in await rt.executions.list()
                                           if r["execution_id"] != "f1-copy"]

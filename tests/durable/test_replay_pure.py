@@ -115,7 +115,7 @@ def test_the_first_failed_operation_is_the_leaf() -> None:
 def test_a_fork_point_is_an_id_or_a_name_used_once() -> None:
     ops = [op("1", name="a"), op("2", name="poll"), op("3", name="poll"), op("4", name="b")]
     assert fork_point(ops, "b") == "4" and fork_point(ops, "3") == "3"
-    with pytest.raises(ValidationError, match="occurs 2 times.*2, 3.*operation id"):
+    with pytest.raises(ValidationError, match=r"occurs 2 times.*2, 3.*operation id"):
         fork_point(ops, "poll")
     with pytest.raises(ValidationError, match="no operation named"):
         fork_point(ops, "nope")
