@@ -349,8 +349,12 @@ class ExecutionObject(DurableObject):
                        error: dict[str, Any] | None) -> dict[str, Any]:
         st = await self._load()
         op = None if st is None else st.ops.get(op_id)
-        if st is None or op is None or op.type is not OpType.CALLBACK or op.sub_type == HUMAN:
+        if st is None or op is None or op.type is not OpType.CALLBACK:
             raise UnknownCallback(callback_id)
+        if op.sub_type == HUMAN:
+            raise InvalidExecutionState(
+                f"callback {callback_id!r} is execution {st.record.id!r} waiting for an "
+                f"operator's decision on {op.name!r}; use retry_compensation, resolve or abort")
         if op.done:
             raise CallbackAlreadyCompleted(callback_id, op.status.value.lower())
         if st.record.finished:

@@ -13,7 +13,11 @@ from alarmtop.core.durable import (
     ValidationError,
     durable_execution,
 )
-from alarmtop.core.durable.errors import CallbackAlreadyCompleted, UnknownCallback
+from alarmtop.core.durable.errors import (
+    CallbackAlreadyCompleted,
+    InvalidExecutionState,
+    UnknownCallback,
+)
 from tests.conftest import RuntimeFactory
 
 
@@ -66,3 +70,27 @@ async def test_bad_callbacks_by_hand_are_refused_and_audited(make_runtime: Runti
     assert oks == [False, True, False, False]
     await clock.advance(1)
     assert (await rt.executions.describe("c3"))["result"] == "approved: yes"
+
+
+@durable_execution(name="undo")
+async def undo(event: Any, ctx: DurableContext) -> str:
+    saga = ctx.saga()
+    await ctx.step(lambda: "held", name="hold")
+    saga.push("hold", lambda: "released")
+    await saga.compensate()
+    return "undone"
+
+
+async def test_a_human_decision_is_not_a_callback_to_complete(make_runtime: RuntimeFactory,
+                                                              clock: VirtualClock) -> None:
+    rt = await make_runtime()
+    rt.register_execution(undo)
+    rt.faults.inject("u1", "compensation_fail", None, step="compensate_hold")
+    await rt.executions.start("undo", None, execution_id="u1")
+    await clock.advance(10)
+    d = await rt.executions.describe("u1")
+    assert d["status"] == "needs_human"
+    (human,) = [c for c in d["callbacks"] if c["kind"] == "HumanDecision"]
+    with pytest.raises(InvalidExecutionState, match="retry_compensation, resolve or abort"):
+        await rt.executions.complete_callback(human["callback_id"], "success", "ok")
+    assert (await rt.executions.describe("u1"))["status"] == "needs_human"
