@@ -346,11 +346,20 @@ class WaitStrategyConfig:
     jitter_strategy: JitterStrategy = JitterStrategy.FULL
 
 
-def create_wait_strategy(config: WaitStrategyConfig,
-                         rng: random.Random | None = None) -> WaitStrategy:
-    from alarmtop.core.durable.errors import WaitForConditionError
+class PollStrategy:
+    """A wait strategy `(state, attempt) -> WaitForConditionDecision` built from a
+    `WaitStrategyConfig`, drawing jitter from the rng it is handed (the engine's)."""
 
-    def strategy(state: Any, attempt: int) -> WaitForConditionDecision:
+    __slots__ = ("config", "rng")
+
+    def __init__(self, config: WaitStrategyConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.rng = rng
+
+    def __call__(self, state: Any, attempt: int,
+                 rng: random.Random | None = None) -> WaitForConditionDecision:
+        from alarmtop.core.durable.errors import WaitForConditionError
+        config = self.config
         if not config.should_continue_polling(state):
             return WaitForConditionDecision.stop_polling()
         if attempt >= config.max_attempts:
@@ -358,6 +367,17 @@ def create_wait_strategy(config: WaitStrategyConfig,
         base = min(config.initial_delay.seconds * config.backoff_rate ** (attempt - 1),
                    config.max_delay.seconds)
         return WaitForConditionDecision.continue_waiting(
-            Duration(config.jitter_strategy.finalize_delay(base, rng)))
+            Duration(config.jitter_strategy.finalize_delay(base, rng or self.rng)))
 
-    return strategy
+
+def decide_poll(strategy: WaitStrategy, state: Any, attempt: int,
+                rng: random.Random) -> WaitForConditionDecision:
+    """Ask a wait strategy about a polled state, handing it `rng` when it takes one."""
+    if isinstance(strategy, PollStrategy):
+        return strategy(state, attempt, rng)
+    return strategy(state, attempt)
+
+
+def create_wait_strategy(config: WaitStrategyConfig,
+                         rng: random.Random | None = None) -> WaitStrategy:
+    return PollStrategy(config, rng)

@@ -36,6 +36,7 @@ from alarmtop.core.durable.config import (
     StepSemantics,
     WaitForCallbackConfig,
     WaitForConditionConfig,
+    decide_poll,
     decide_retry,
 )
 from alarmtop.core.durable.errors import (
@@ -630,7 +631,7 @@ class DurableContext:
             value = check(state)
             if inspect.isawaitable(value):
                 value = await value
-            decision = config.wait_strategy(value, rec.attempt)
+            decision = decide_poll(config.wait_strategy, value, rec.attempt, inv.rng)
         except Exception as exc:
             err = error_object(exc)
             advance(rec, OpStatus.FAILED)

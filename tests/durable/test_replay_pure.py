@@ -171,3 +171,19 @@ def test_retryable_errors_narrow_what_a_step_retries() -> None:
     assert not strategy(ValueError("bad"), 1).should_retry
     with pytest.raises(ValidationError, match="backoff_rate"):
         RetryStrategyConfig(backoff_rate=0.5).policy()
+
+
+def test_condition_polls_draw_jitter_from_the_rng_handed_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from alarmtop.core.durable import WaitStrategyConfig, create_wait_strategy
+    from alarmtop.core.durable.config import decide_poll
+
+    def no_global() -> float:
+        raise AssertionError("the global random was used")
+    monkeypatch.setattr(random, "random", no_global)
+    strategy = create_wait_strategy(WaitStrategyConfig(lambda s: s < 10,
+                                                       initial_delay=Duration(20)))
+    one = [decide_poll(strategy, 0, n, random.Random(3)).delay.seconds for n in (1, 2)]
+    two = [decide_poll(strategy, 0, n, random.Random(3)).delay.seconds for n in (1, 2)]
+    assert one == two and all(1 <= d <= 30 for d in one)
+    assert not decide_poll(strategy, 10, 1, random.Random(3)).should_continue

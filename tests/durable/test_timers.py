@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from alarmtop.core.durable import (
     durable_execution,
 )
 from alarmtop.core.durable.config import JitterStrategy
+from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS
 from tests.conftest import RuntimeFactory
 
 RETRY = StepConfig(retry_strategy=create_retry_strategy(RetryStrategyConfig(
@@ -90,3 +93,22 @@ async def test_bad_pages_are_refused(make_runtime: RuntimeFactory) -> None:
         await rt.executions.timers(limit=0)
     with pytest.raises(ValidationError, match="key"):
         await rt.executions.timers(after=[1, 2])
+
+
+async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
+        make_runtime: RuntimeFactory, clock: VirtualClock, data_dir: Path) -> None:
+    """A data dir from before the timers table: the migration rebuilds the rows from
+    the running executions' logs."""
+    rt = await make_runtime()
+    rt.register_execution(many)
+    await rt.executions.start("many", None, execution_id="m3")
+    await clock.advance(1)
+    before = await rt.executions.timers()
+    await rt.stop()
+    conn = sqlite3.connect(data_dir / "runtime.sqlite")
+    conn.executescript("DROP TABLE execution_timers; DROP TABLE execution_marks; "
+                       f"UPDATE _alarmtop_schema SET version = {len(RUNTIME_MIGRATIONS) - 1};")
+    conn.close()
+    rt2 = await make_runtime()
+    rt2.register_execution(many)
+    assert await rt2.executions.timers() == before and len(before) == 6
