@@ -109,10 +109,12 @@ class Divergence:
 
     def message(self) -> str:
         if self.current is None:
-            return (f"replay diverged at operation {self.op_id} (index {self.index}): the log "
-                    f"has {self.recorded.label()}, which the handler no longer calls")
-        return (f"replay diverged at operation {self.op_id} (index {self.index}): the log has "
-                f"{self.recorded.label()}, the handler now calls {self.current.label()}")
+            return (f"replay diverged at operation {self.op_id}: the log has "
+                    f"{self.recorded.label()}, which the handler no longer calls (operation "
+                    f"index {self.index})")
+        return (f"replay diverged at operation {self.op_id}: the log has "
+                f"{self.recorded.label()}, the handler now calls {self.current.label()} "
+                f"(operation index {self.index})")
 
     def to_dict(self) -> dict[str, Any]:
         return {"op_id": self.op_id, "index": self.index, "recorded": self.recorded.to_dict(),
