@@ -70,7 +70,6 @@ from alarmtop.core.durable.operations import (
 from alarmtop.core.durable.replay import (
     HUMAN,
     Outcome,
-    Shape,
     advance,
     mark_key,
     match,
@@ -142,6 +141,7 @@ class Invocation:
         # stops (`ReplayFrontier`) where it would; `visited` says what it replayed.
         self.replay_only = replay_only
         self.visited: list[str] = []
+        self.met = 0  # operations looked up so far (a divergence's index)
         # Announces history events once their checkpoint has landed; set by the engine.
         self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
         # Starts another execution (for invoke); set by the engine.
@@ -170,10 +170,17 @@ class Invocation:
 
     async def save(self, op: OperationRecord, *events: dict[str, Any], wait: bool = True) -> None:
         """Checkpoint `op` with `events`; its events are announced once it has landed."""
-        self.frontier(op.id)  # never written in a replay-only run
+        if self.replay_only:
+            self.frontier(op.id)  # never written in a replay-only run
         self.ops[op.id] = op
-        fut = self.store.checkpoint(self.record.id, None, [op], events, self.chain,
-                                    marks=self.take_marks())
+        record = None
+        if self.new_marks and not self.record.has_marks:
+            # The record says so with the first values, in the same write: a later load
+            # knows to read them, even if this invocation dies before its end.
+            self.record.has_marks = True
+            record = self.record
+        fut = self.store.checkpoint(self.record.id, record, [op], events, self.chain,
+                                    marks=self.take_marks() if self.new_marks else None)
         announce = self.announce if events else None
         if wait:
             try:
@@ -303,8 +310,10 @@ class DurableContext:
     def _lookup(self, op_id: str, op_type: OpType, sub_type: str,
                 name: str | None) -> OperationRecord | None:
         inv = self._inv
-        rec = match(inv.ops.get(op_id), op_id, Shape(op_type, sub_type, name), len(inv.visited))
-        inv.visited.append(op_id)
+        rec = match(inv.ops.get(op_id), op_id, op_type, sub_type, name, inv.met)
+        inv.met += 1
+        if inv.replay_only:
+            inv.visited.append(op_id)
         return rec
 
     def _replayed(self, rec: OperationRecord | None, serdes: SerDes,
@@ -313,6 +322,8 @@ class DurableContext:
         """The one check of a recorded outcome: `(True, value)` for a recorded result;
         raises the recorded error (`timed_out` for a timeout, when given) or suspends
         on what the log waits for; `(False, None)` when the operation must run."""
+        if rec is None:
+            return False, None  # nothing recorded: the common case, kept short
         found = resolve(rec, self._clock_ms())
         if found.outcome is Outcome.VALUE:
             return True, None if found.text is None else serdes.deserialize(found.text)
@@ -325,7 +336,8 @@ class DurableContext:
 
     def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None,
              **fields: Any) -> OperationRecord:
-        self._inv.frontier(op_id)
+        if self._inv.replay_only:
+            self._inv.frontier(op_id)
         return OperationRecord(op_id, op_type, sub_type, name, self._record_parent,
                                started_ms=self._clock_ms(), **fields)
 
@@ -357,7 +369,8 @@ class DurableContext:
     async def _attempt(self, rec: OperationRecord, fn: Callable[..., Any], args: tuple[Any, ...],
                        cfg: StepConfig, serdes: SerDes) -> Any:
         inv = self._inv
-        inv.frontier(rec.id)  # a replay-only run never runs a body
+        if inv.replay_only:
+            inv.frontier(rec.id)  # a replay-only run never runs a body
         label = rec.name or rec.id
         at_most_once = cfg.step_semantics is StepSemantics.AT_MOST_ONCE_PER_RETRY
         interrupted = rec.status is OpStatus.STARTED

@@ -81,8 +81,9 @@ class ExecutionObject(DurableObject):
             if record is None:
                 return None
             ops = {op.id: op for op in await store.operations(self.ctx.id)}
+            marks = await store.marks(self.ctx.id) if record.has_marks else {}
             self._state = _Loaded(record, ops, await store.max_event_id(self.ctx.id) + 1,
-                                  await store.marks(self.ctx.id))
+                                  marks)
         return self._state
 
     async def _state_or_fail(self) -> _Loaded:
@@ -308,6 +309,7 @@ class ExecutionObject(DurableObject):
             "RequestId": f"{rec.id}/{rec.invocations}"})]
         status, result, error = outcome
         marks = inv.take_marks()  # taken since its last checkpoint: they land with its end
+        rec.has_marks = rec.has_marks or bool(marks)
         if suspended is not None:
             rec.status = advance_execution(rec.status, status, rec.id)
             rec.blocked_on = suspended
@@ -537,7 +539,7 @@ class ExecutionObject(DurableObject):
         now = self.ctx.now_ms()
         rec = ExecutionRecord(self.ctx.id, name, version, ExecutionStatus.RUNNING, input_text,
                               now, now, timeout_s=timeout_s, invoke_requested=True,
-                              forked_from=source)
+                              forked_from=source, has_marks=bool(marks))
         kept = [_adopt(OperationRecord.from_dict(d), self.ctx.id) for d in ops]
         st = self._state = _Loaded(rec, {op.id: op for op in kept}, 1, dict(marks))
         details: dict[str, Any] = {"Input": payload(input_text), "ForkedFrom": source}

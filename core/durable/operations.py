@@ -168,6 +168,9 @@ class ExecutionRecord:
     # creation.
     timeout_start_ms: int | None = None
     forked_from: dict[str, Any] | None = None  # {"execution_id", "from_operation"}
+    # Whether ctx.now()/random() values were recorded: only then is the marks table
+    # read when the execution loads (most executions never take one).
+    has_marks: bool = False
 
     @property
     def finished(self) -> bool:

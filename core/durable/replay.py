@@ -125,16 +125,16 @@ FIX_HINT = ("; the handler code changed for a running execution. Deploy the old 
             "its version, or abort this execution")
 
 
-def match(rec: OperationRecord | None, op_id: str, call: Shape, index: int = 0
-          ) -> OperationRecord | None:
-    """The record for a call at `op_id`, None when the log has none yet; raises
-    `NonDeterministicExecutionError` when the log recorded another operation there."""
-    if rec is None:
-        return None
-    if shape_of(rec) != call:
-        found = Divergence(op_id, index, shape_of(rec), call)
-        raise NonDeterministicExecutionError(found.message() + FIX_HINT, op_id, found)
-    return rec
+def match(rec: OperationRecord | None, op_id: str, op_type: OpType, sub_type: str,
+          name: str | None, index: int = 0) -> OperationRecord | None:
+    """The record for a call (`op_type`, `sub_type`, `name`) at `op_id`, None when the
+    log has none yet; raises `NonDeterministicExecutionError` when the log recorded
+    another operation there. (Fields, not a `Shape`: it runs for every operation.)"""
+    if rec is None or (rec.type is op_type and rec.sub_type == sub_type
+                       and rec.name == name):
+        return rec
+    found = Divergence(op_id, index, shape_of(rec), Shape(op_type, sub_type, name))
+    raise NonDeterministicExecutionError(found.message() + FIX_HINT, op_id, found)
 
 
 # -- resolving ------------------------------------------------------------------------

@@ -30,6 +30,13 @@ class Timer:
                 "name": self.name}
 
 
+def may_hold_timers(op: OperationRecord) -> bool:
+    """Whether `op` holds or ever held a timer (a plain step that never retried did
+    not: its checkpoints need not touch the timer rows, the hot path of a step)."""
+    return (op.type is OpType.WAIT or op.next_attempt_ms is not None
+            or op.timeout_at_ms is not None or op.heartbeat_at_ms is not None)
+
+
 def op_timers(op: OperationRecord) -> list[Timer]:
     """The timers `op` holds as it is now (none once it is done)."""
     if op.status is OpStatus.PENDING and op.next_attempt_ms is not None:

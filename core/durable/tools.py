@@ -176,7 +176,8 @@ class OperatorTools:
         store = self.engine.store
         fn = self.engine.pick_version(rec.name, rec.version, version)
         ops = {op.id: op for op in await store.operations(rec.id)}
-        return await replay_check(fn, rec, ops, await store.marks(rec.id), store=store,
+        marks = await store.marks(rec.id) if rec.has_marks else {}
+        return await replay_check(fn, rec, ops, marks, store=store,
                                   clock=self.engine.clock, faults=self.engine.faults,
                                   deadline_s=float(deadline_s))
 

@@ -14,7 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.durable.timers import EXECUTION_TIMER, execution_timers, op_timers
+from alarmtop.core.durable.timers import (
+    EXECUTION_TIMER,
+    execution_timers,
+    may_hold_timers,
+    op_timers,
+)
 from alarmtop.core.errors import StorageError
 from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
@@ -80,14 +85,20 @@ class SqliteExecutionStore:
             record.updated_ms, _dumps(record.to_dict()))
         op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
         ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
-        mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
-        dropped = [(execution_id, op_id) for op_id in drop_ops]
-        dropped_marks = [(execution_id, k) for k in drop_marks]
-        timer_keys = [(execution_id, op.id) for op in ops]
-        timer_rows = [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
-                      for op in ops for t in op_timers(op)]
+        # Each list is built only when there is something in it: this runs for every
+        # checkpoint, and most carry one plain step and nothing else.
+        mark_rows = [(execution_id, k, v) for k, v in marks.items()] if marks else None
+        dropped = [(execution_id, op_id) for op_id in drop_ops] if drop_ops else None
+        dropped_marks = [(execution_id, k) for k in drop_marks] if drop_marks else None
+        timer_keys: list[tuple[str, str]] = []
+        timer_rows: list[tuple[Any, ...]] = []
+        for op in ops:
+            if may_hold_timers(op):
+                timer_keys.append((execution_id, op.id))
+                timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                               for t in op_timers(op)]
         finished = record is not None and record.finished
-        if record is not None:
+        if record is not None and record.timeout_s:
             timer_keys.append((execution_id, EXECUTION_TIMER))
             timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
                            for t in execution_timers(record)]
@@ -113,7 +124,8 @@ class SqliteExecutionStore:
             if mark_rows:
                 conn.executemany("INSERT OR REPLACE INTO execution_marks (execution_id, key, "
                                  "value) VALUES (?,?,?)", mark_rows)
-            _write_timers(conn, execution_id, timer_keys, timer_rows, finished)
+            if timer_keys or finished:
+                _write_timers(conn, execution_id, timer_keys, timer_rows, finished)
 
         return write if chain is None else ChainedWrite(write, chain)
 

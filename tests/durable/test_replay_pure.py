@@ -46,13 +46,13 @@ def op(op_id: str, status: OpStatus = OpStatus.SUCCEEDED, name: str | None = Non
 
 def test_match_returns_the_record_or_none() -> None:
     rec = op("1", name="charge")
-    assert match(rec, "1", STEP) is rec
-    assert match(None, "1", STEP) is None
+    assert match(rec, "1", *STEP) is rec
+    assert match(None, "1", *STEP) is None
 
 
 def test_match_names_both_sides_of_a_divergence() -> None:
     with pytest.raises(NonDeterministicExecutionError) as caught:
-        match(op("3", name="charge"), "3", Shape(OpType.STEP, "Step", "refund"), index=2)
+        match(op("3", name="charge"), "3", OpType.STEP, "Step", "refund", index=2)
     d = caught.value.divergence
     assert d is not None and (d.op_id, d.index) == ("3", 2)
     assert (d.recorded.name, d.current and d.current.name) == ("charge", "refund")
