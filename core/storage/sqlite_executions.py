@@ -85,48 +85,14 @@ class SqliteExecutionStore:
             record.updated_ms, _dumps(record.to_dict()))
         op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
         ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
-        # Each list is built only when there is something in it: this runs for every
-        # checkpoint, and most carry one plain step and nothing else.
-        mark_rows = [(execution_id, k, v) for k, v in marks.items()] if marks else None
-        dropped = [(execution_id, op_id) for op_id in drop_ops] if drop_ops else None
-        dropped_marks = [(execution_id, k) for k in drop_marks] if drop_marks else None
-        timer_keys: list[tuple[str, str]] = []
-        timer_rows: list[tuple[Any, ...]] = []
-        for op in ops:
-            if may_hold_timers(op):
-                timer_keys.append((execution_id, op.id))
-                timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
-                               for t in op_timers(op)]
-        finished = record is not None and record.finished
-        if record is not None and record.timeout_s:
-            timer_keys.append((execution_id, EXECUTION_TIMER))
-            timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
-                           for t in execution_timers(record)]
-
-        def write(conn: sqlite3.Connection) -> None:
-            if dropped:
-                conn.executemany("DELETE FROM operations WHERE execution_id = ? AND op_id = ?",
-                                 dropped)
-                conn.executemany("DELETE FROM execution_timers WHERE execution_id = ? AND "
-                                 "op_id = ?", dropped)
-            if dropped_marks:
-                conn.executemany("DELETE FROM execution_marks WHERE execution_id = ? AND "
-                                 "key = ?", dropped_marks)
-            if rec_row is not None:
-                conn.execute("INSERT OR REPLACE INTO executions (id, name, version, status, "
-                             "created_ms, updated_ms, data) VALUES (?,?,?,?,?,?,?)", rec_row)
-            if op_rows:
-                conn.executemany("INSERT OR REPLACE INTO operations (execution_id, op_id, data) "
-                                 "VALUES (?,?,?)", op_rows)
-            if ev_rows:
-                conn.executemany("INSERT INTO history (execution_id, event_id, data) "
-                                 "VALUES (?,?,?)", ev_rows)
-            if mark_rows:
-                conn.executemany("INSERT OR REPLACE INTO execution_marks (execution_id, key, "
-                                 "value) VALUES (?,?,?)", mark_rows)
-            if timer_keys or finished:
-                _write_timers(conn, execution_id, timer_keys, timer_rows, finished)
-
+        write = _rows_write(rec_row, op_rows, ev_rows)
+        # Most checkpoints carry one plain step and nothing else: they get the plain
+        # write above, with nothing built for the side tables.
+        pre = _drops_write(execution_id, drop_ops, drop_marks) if drop_ops or drop_marks \
+            else None
+        post = _side_write(execution_id, record, ops, marks)
+        if pre is not None or post is not None:
+            write = _in_order(pre, write, post)
         return write if chain is None else ChainedWrite(write, chain)
 
     def submit(self, write: WriteFn) -> asyncio.Future[None]:
@@ -265,6 +231,74 @@ class SqliteExecutionStore:
                 d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
             return out
         return await self._db.read(read)
+
+
+def _rows_write(rec_row: tuple[Any, ...] | None, op_rows: list[tuple[str, str, str]],
+                ev_rows: list[tuple[str, int, str]]) -> WriteFn:
+    def write(conn: sqlite3.Connection) -> None:
+        if rec_row is not None:
+            conn.execute("INSERT OR REPLACE INTO executions (id, name, version, status, "
+                         "created_ms, updated_ms, data) VALUES (?,?,?,?,?,?,?)", rec_row)
+        if op_rows:
+            conn.executemany("INSERT OR REPLACE INTO operations (execution_id, op_id, data) "
+                             "VALUES (?,?,?)", op_rows)
+        if ev_rows:
+            conn.executemany("INSERT INTO history (execution_id, event_id, data) "
+                             "VALUES (?,?,?)", ev_rows)
+    return write
+
+
+def _drops_write(execution_id: str, drop_ops: Sequence[str],
+                 drop_marks: Sequence[str]) -> WriteFn:
+    """A redrive's reset: the operations, their timers and the recorded values go."""
+    dropped = [(execution_id, op_id) for op_id in drop_ops]
+    dropped_marks = [(execution_id, k) for k in drop_marks]
+
+    def write(conn: sqlite3.Connection) -> None:
+        conn.executemany("DELETE FROM operations WHERE execution_id = ? AND op_id = ?",
+                         dropped)
+        conn.executemany("DELETE FROM execution_timers WHERE execution_id = ? AND op_id = ?",
+                         dropped)
+        conn.executemany("DELETE FROM execution_marks WHERE execution_id = ? AND key = ?",
+                         dropped_marks)
+    return write
+
+
+def _side_write(execution_id: str, record: ExecutionRecord | None,
+                ops: Sequence[OperationRecord], marks: Mapping[str, str] | None
+                ) -> WriteFn | None:
+    """The recorded values and the timer rows a checkpoint changes; None if none."""
+    timer_keys: list[tuple[str, str]] = []
+    timer_rows: list[tuple[Any, ...]] = []
+    for op in ops:
+        if may_hold_timers(op):
+            timer_keys.append((execution_id, op.id))
+            timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                           for t in op_timers(op)]
+    finished = record is not None and record.finished
+    if record is not None and record.timeout_s:
+        timer_keys.append((execution_id, EXECUTION_TIMER))
+        timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                       for t in execution_timers(record)]
+    if not (marks or timer_keys or finished):
+        return None
+    mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
+
+    def write(conn: sqlite3.Connection) -> None:
+        if mark_rows:
+            conn.executemany("INSERT OR REPLACE INTO execution_marks (execution_id, key, "
+                             "value) VALUES (?,?,?)", mark_rows)
+        _write_timers(conn, execution_id, timer_keys, timer_rows, finished)
+    return write
+
+
+def _in_order(*writes: WriteFn | None) -> WriteFn:
+    parts = [w for w in writes if w is not None]
+
+    def write(conn: sqlite3.Connection) -> None:
+        for part in parts:
+            part(conn)
+    return write
 
 
 def _write_timers(conn: sqlite3.Connection, execution_id: str,
