@@ -1,8 +1,10 @@
 """Ops commands for the execution tools: pause, resume, redrive, fork, callbacks by
 hand, the replay check and the execution timers.
 
-Kept apart from `ops.py` so the command table grows without touching it: the
-server merges `EXECUTION_TOOL_OPS` into `wire.OPS` and sends these ops here.
+Kept apart from `ops.py` so the command table grows without touching it:
+`wire.OPS` takes `tool_ops(Field)` and `ops.py` sends these ops here. This module
+imports nothing of `wire` when it loads (only inside `run`), so `wire` can
+import it at its top without a cycle.
 The commands are audited by the runtime itself (one row each, whatever the
 outcome, with the client's address as actor and its role); a command refused
 before it reaches the runtime (wrong role, bad frame) is audited by `ops.py`
@@ -13,36 +15,42 @@ audited and are open to viewers: they change nothing.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alarmtop.core import Runtime
-from alarmtop.server.wire import Field, ProtocolError
+if TYPE_CHECKING:
+    from alarmtop.core import Runtime
+    from alarmtop.server.wire import Field
 
-_OPT_STR = Field(str, False)
-_ID = Field(str, True, "the execution's id")
+Spec = dict[str, tuple[bool, dict[str, "Field"]]]
 
-# op -> (operator only, fields), in the shape of `wire.OPS`.
-EXECUTION_TOOL_OPS: dict[str, tuple[bool, dict[str, Field]]] = {
-    "pause": (True, {"execution_id": _ID, "reason": _OPT_STR}),
-    "resume": (True, {"execution_id": _ID, "reason": _OPT_STR}),
-    "redrive": (True, {"execution_id": _ID, "version": _OPT_STR,
-                       "force": Field(bool, False, "run even if the replay check diverges"),
-                       "reason": _OPT_STR}),
-    "fork": (True, {"execution_id": _ID,
-                    "from_step": Field(str, True, "a step name used once, or an operation id"),
-                    "input": Field(object, False, "the fork's input (default: the source's)"),
-                    "new_execution_id": _OPT_STR, "version": _OPT_STR,
-                    "force": Field(bool, False), "reason": _OPT_STR}),
-    "complete_callback": (True, {"callback_id": Field(str),
-                                 "outcome": Field(str, False, "success (default) or failure"),
-                                 "payload": Field(object, False), "error_type": _OPT_STR,
-                                 "message": _OPT_STR, "reason": _OPT_STR}),
-    "replay_check": (False, {"execution_id": _ID, "version": _OPT_STR}),
-    "execution_timers": (False, {"limit": Field(int, False), "after": Field(list, False),
-                                 "execution_id": _OPT_STR}),
-}
+
+def tool_ops(field: type[Field]) -> Spec:
+    """op -> (operator only, fields), in the shape of `wire.OPS`, built with its `Field`."""
+    opt_str, ident = field(str, False), field(str, True, "the execution's id")
+    return {
+        "pause": (True, {"execution_id": ident, "reason": opt_str}),
+        "resume": (True, {"execution_id": ident, "reason": opt_str}),
+        "redrive": (True, {"execution_id": ident, "version": opt_str,
+                           "force": field(bool, False, "run even if the replay check diverges"),
+                           "reason": opt_str}),
+        "fork": (True, {"execution_id": ident,
+                        "from_step": field(str, True, "a step name used once, or an op id"),
+                        "input": field(object, False, "the fork's input (default: the source's)"),
+                        "new_execution_id": opt_str, "version": opt_str,
+                        "force": field(bool, False), "reason": opt_str}),
+        "complete_callback": (True, {"callback_id": field(str),
+                                     "outcome": field(str, False, "success (default) or failure"),
+                                     "payload": field(object, False), "error_type": opt_str,
+                                     "message": opt_str, "reason": opt_str}),
+        "replay_check": (False, {"execution_id": ident, "version": opt_str}),
+        "execution_timers": (False, {"limit": field(int, False), "after": field(list, False),
+                                     "execution_id": opt_str}),
+    }
+
+
 # The commands the runtime audits itself (ops.py must not audit them a second time).
-RUNTIME_AUDITED = frozenset(op for op, (operator, _) in EXECUTION_TOOL_OPS.items() if operator)
+RUNTIME_AUDITED = frozenset({"pause", "resume", "redrive", "fork", "complete_callback"})
+TOOL_QUERIES = frozenset({"replay_check", "execution_timers"})  # viewers may run them
 DEFAULT_TIMERS_PAGE = 100
 
 Handler = Callable[[dict[str, Any], str, str], Awaitable[Any]]
@@ -63,6 +71,7 @@ class ExecutionTools:
         """Run `op` with its checked fields `args`; raises with a clear message."""
         handler = self._handlers.get(op)
         if handler is None:
+            from alarmtop.server.wire import ProtocolError
             raise ProtocolError(f"unknown execution tool op {op!r}; ops: "
                                 f"{', '.join(sorted(self._handlers))}")
         return await handler(args, actor, role)

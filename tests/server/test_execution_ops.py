@@ -16,7 +16,12 @@ from alarmtop.core.durable import (
 )
 from alarmtop.core.durable.errors import InvalidExecutionState
 from alarmtop.server import wire
-from alarmtop.server.execution_ops import EXECUTION_TOOL_OPS, RUNTIME_AUDITED, ExecutionTools
+from alarmtop.server.execution_ops import (
+    RUNTIME_AUDITED,
+    TOOL_QUERIES,
+    ExecutionTools,
+    tool_ops,
+)
 from tests.conftest import RuntimeFactory
 
 down = {"on": True}
@@ -39,9 +44,11 @@ async def pay(event: Any, ctx: DurableContext) -> str:
 
 def test_the_ops_merge_into_the_wire_table_without_clashes(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not set(EXECUTION_TOOL_OPS) & set(wire.OPS)
-    assert RUNTIME_AUDITED == {"pause", "resume", "redrive", "fork", "complete_callback"}
-    monkeypatch.setattr(wire, "OPS", {**wire.OPS, **EXECUTION_TOOL_OPS})
+    spec = tool_ops(wire.Field)
+    assert not set(spec) & set(wire.OPS)
+    assert RUNTIME_AUDITED == {op for op, (operator, _) in spec.items() if operator}
+    assert TOOL_QUERIES == {op for op, (operator, _) in spec.items() if not operator}
+    monkeypatch.setattr(wire, "OPS", {**wire.OPS, **spec})
     cmd = wire.decode(json.dumps({"op": "redrive", "id": 3, "execution_id": "e1",
                                   "force": True}))
     assert isinstance(cmd, wire.Command) and cmd.args == {"execution_id": "e1", "force": True}
