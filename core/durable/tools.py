@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.durable.check import DEFAULT_DEADLINE_S, replay_check
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.errors import ReplayDivergence, UnknownCallback, ValidationError
-from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord, OpType
 from alarmtop.core.durable.replay import fork_point, plan_from
 from alarmtop.core.serialization import to_json
 
@@ -145,6 +145,13 @@ class OperatorTools:
         ops = {d["id"]: OperationRecord.from_dict(d) for d in snap["ops"]}
         from_id = fork_point(ops.values(), from_step)
         plan = plan_from(ops.values(), snap["marks"], from_id)
+        waiting = [i for i in plan.kept
+                   if ops[i].type is OpType.CHAINED_INVOKE and not ops[i].done]
+        if waiting:
+            # Its child reports to the source, never to the fork: the fork would wait forever.
+            raise ValidationError(f"the fork would keep invoke {waiting[0]} of {source_id!r}, "
+                                  "which is still waiting for its child; fork from that "
+                                  "operation or an earlier one, or once the child has ended")
         fn = self.engine.pick_version(rec.name, rec.version, version)
         input_text = rec.input if input is None else to_json(input, "the fork's input")
         marks = {k: snap["marks"][k] for k in plan.kept_marks}

@@ -233,3 +233,33 @@ async def test_a_repeated_step_name_is_refused_for_a_fork(make_runtime: RuntimeF
     out = await rt.executions.fork("f1", from_step="3", execution_id="f1-copy")
     await clock.advance(5)
     assert (await rt.executions.describe(out["execution_id"]))["result"] == 2
+
+
+@durable_execution(name="child-job")
+async def child_job(event: Any, ctx: DurableContext) -> str:
+    cb = await ctx.create_callback("done")
+    return str(await cb.result())
+
+
+@durable_execution(name="parent-job")
+async def parent_job(event: Any, ctx: DurableContext) -> Any:
+    async def ask(c: DurableContext) -> Any:
+        return await c.invoke("child-job", None, name="child")
+
+    async def work(c: DurableContext) -> Any:
+        return await c.step(lambda: "worked", name="work")
+
+    return (await ctx.parallel([ask, work], name="both")).get_results()
+
+
+async def test_a_fork_never_keeps_an_invoke_still_waiting(make_runtime: RuntimeFactory,
+                                                          clock: VirtualClock) -> None:
+    rt = await make_runtime()
+    rt.register_execution(child_job)
+    rt.register_execution(parent_job)
+    await rt.executions.start("parent-job", None, execution_id="pj")
+    await clock.advance(1)
+    with pytest.raises(ValidationError, match="invoke 1-1-1 .* still waiting for its child"):
+        await rt.executions.fork("pj", from_step="work", execution_id="pj-copy")
+    assert [r["execution_id"] for r in await rt.executions.list()
+            if r["execution_id"] == "pj-copy"] == []
