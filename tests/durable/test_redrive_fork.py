@@ -259,7 +259,7 @@ async def test_a_fork_never_keeps_an_invoke_still_waiting(make_runtime: RuntimeF
     rt.register_execution(parent_job)
     await rt.executions.start("parent-job", None, execution_id="pj")
     await clock.advance(1)
-    with pytest.raises(ValidationError, match="invoke 1-1-1 .* still waiting for its child"):
+    with pytest.raises(ValidationError, match=r"invoke 1-1-1 .* still waiting for its child"):
         await rt.executions.fork("pj", from_step="work", execution_id="pj-copy")
     assert [r["execution_id"] for r in await rt.executions.list()
             if r["execution_id"] == "pj-copy"] == []
