@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -163,17 +163,38 @@ class ExecutionStore(Protocol):
 
     Writes ride the backend's commits: `checkpoint` queues one now (its place among
     writes is fixed when it is called) and returns a future to await for durability;
-    `checkpoint_write` makes a write for an object event's own commit."""
+    `checkpoint_write` makes a write for an object event's own commit.
+
+    In the same transaction a checkpoint also writes the recorded `marks` (values
+    `ctx.now()`/`ctx.random()` gave, by key), deletes `drop_ops` and `drop_marks`
+    first (a redrive's reset), and replaces the execution's timer rows for every op
+    and record it carries, as `core.durable.timers.op_timers`/`execution_timers`
+    derive them (a finished execution keeps none): `timers()` lists them."""
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
                    events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None) -> asyncio.Future[None]: ...
+                   chain: LogChain | None = None, *,
+                   marks: Mapping[str, str] | None = None,
+                   drop_ops: Sequence[str] = (),
+                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]: ...
 
     def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
-                         chain: LogChain | None = None) -> ExtraWrite: ...
+                         chain: LogChain | None = None, *,
+                         marks: Mapping[str, str] | None = None,
+                         drop_ops: Sequence[str] = (),
+                         drop_marks: Sequence[str] = ()) -> ExtraWrite: ...
+
+    async def marks(self, execution_id: str) -> dict[str, str]: ...
+
+    async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
+                     execution_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Pending execution timers soonest first (`execution_id`, `op_id`, `kind`,
+        `due_ms`, `name`, `handler`, `status`, `paused`, `key`); `after` is the
+        previous page's last `key`."""
+        ...
 
     def submit(self, write: ExtraWrite) -> asyncio.Future[None]: ...
 

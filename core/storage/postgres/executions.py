@@ -10,10 +10,16 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.durable.timers import (
+    EXECUTION_TIMER,
+    execution_timers,
+    may_hold_timers,
+    op_timers,
+)
 from alarmtop.core.errors import ChainBroken
 from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.postgres.index import PgAlarmIndex, PgWrite
@@ -52,22 +58,54 @@ class PgExecutionStore:
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
                    events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None) -> asyncio.Future[None]:
-        return self._db.submit(extra=self.checkpoint_write(execution_id, record, ops, events,
-                                                           chain))
+                   chain: LogChain | None = None, *,
+                   marks: Mapping[str, str] | None = None,
+                   drop_ops: Sequence[str] = (),
+                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]:
+        return self._db.submit(extra=self.checkpoint_write(
+            execution_id, record, ops, events, chain, marks=marks, drop_ops=drop_ops,
+            drop_marks=drop_marks))
 
     @staticmethod
     def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
-                         chain: LogChain | None = None) -> PgWrite:
+                         chain: LogChain | None = None, *,
+                         marks: Mapping[str, str] | None = None,
+                         drop_ops: Sequence[str] = (),
+                         drop_marks: Sequence[str] = ()) -> PgWrite:
+        """As SQLite's: the rows, then the execution's timers and recorded values, in the
+        one transaction the write rides; a redrive's drops first."""
         rec_row = None if record is None else (
             record.id, record.name, record.version, record.status.value, record.created_ms,
             record.updated_ms, _dumps(record.to_dict()))
         op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
         ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
+        dropped = [(execution_id, op_id) for op_id in drop_ops]
+        dropped_marks = [(execution_id, k) for k in drop_marks]
+        timer_keys: list[tuple[str, str]] = []
+        timer_rows: list[tuple[Any, ...]] = []
+        for op in ops:
+            if may_hold_timers(op):
+                timer_keys.append((execution_id, op.id))
+                timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                               for t in op_timers(op)]
+        finished = record is not None and record.finished
+        if record is not None and record.timeout_s:
+            timer_keys.append((execution_id, EXECUTION_TIMER))
+            timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                           for t in execution_timers(record)]
+        mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
 
         async def write(conn: PgConn) -> None:
+            if dropped:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.operations WHERE execution_id = $1 "
+                                       "AND op_id = $2", dropped)
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                       "execution_id = $1 AND op_id = $2", dropped)
+            if dropped_marks:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_marks WHERE "
+                                       "execution_id = $1 AND key = $2", dropped_marks)
             if rec_row is not None:
                 await conn.execute(
                     f"INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, "
@@ -83,8 +121,53 @@ class PgExecutionStore:
             if ev_rows:
                 await conn.executemany(f"INSERT INTO {SCHEMA}.history (execution_id, event_id, "
                                        "data) VALUES ($1,$2,$3)", ev_rows)
+            if mark_rows:
+                await conn.executemany(f"INSERT INTO {SCHEMA}.execution_marks (execution_id, key, "
+                                       "value) VALUES ($1,$2,$3) ON CONFLICT (execution_id, key) "
+                                       "DO UPDATE SET value = EXCLUDED.value", mark_rows)
+            if finished:
+                await conn.execute(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                   "execution_id = $1", execution_id)
+                return
+            if timer_keys:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                       "execution_id = $1 AND op_id = $2", timer_keys)
+            if timer_rows:
+                await conn.executemany(
+                    f"INSERT INTO {SCHEMA}.execution_timers (execution_id, op_id, kind, due_ms, "
+                    "name) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (execution_id, op_id, kind) DO "
+                    "UPDATE SET due_ms = EXCLUDED.due_ms, name = EXCLUDED.name", timer_rows)
 
         return write if chain is None else PgChainedWrite(write, chain)
+
+    async def marks(self, execution_id: str) -> dict[str, str]:
+        rows = await self._db._fetch(f"SELECT key, value FROM {SCHEMA}.execution_marks WHERE "
+                                     "execution_id = $1", execution_id)
+        return {r[0]: r[1] for r in rows}
+
+    async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
+                     execution_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            n = len(params)
+            where.append(f"(t.due_ms, t.execution_id, t.op_id, t.kind) > "
+                         f"(${n + 1}, ${n + 2}, ${n + 3}, ${n + 4})")
+            params += list(after)
+        if execution_id is not None:
+            params.append(execution_id)
+            where.append(f"t.execution_id = ${len(params)}")
+        params.append(limit)
+        rows = await self._db._fetch(
+            f"SELECT t.execution_id, t.op_id, t.kind, t.due_ms, t.name, e.name, e.status, "
+            f"(e.data::jsonb ->> 'paused') FROM {SCHEMA}.execution_timers t JOIN "
+            f"{SCHEMA}.executions e ON e.id = t.execution_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + f" ORDER BY t.due_ms, t.execution_id, t.op_id, t.kind LIMIT ${len(params)}",
+            *params)
+        return [{"execution_id": r[0], "op_id": r[1] or None, "kind": r[2], "due_ms": r[3],
+                 "name": r[4], "handler": r[5], "status": r[6], "paused": r[7] is not None,
+                 "key": [r[3], r[0], r[1], r[2]]} for r in rows]
 
     def submit(self, write: PgWrite) -> asyncio.Future[None]:
         return self._db.submit(extra=write)

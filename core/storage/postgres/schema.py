@@ -114,6 +114,26 @@ MIGRATIONS: list[str] = [
         expires_ms BIGINT NOT NULL DEFAULT 0
     );
     """,
+    # The values ctx.now()/ctx.random() gave an execution, and every pending timer of
+    # every execution, written with each checkpoint (as on SQLite).
+    f"""
+    CREATE TABLE {SCHEMA}.execution_marks (
+        execution_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (execution_id, key)
+    );
+    CREATE TABLE {SCHEMA}.execution_timers (
+        execution_id TEXT NOT NULL,
+        op_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        due_ms BIGINT NOT NULL,
+        name TEXT,
+        PRIMARY KEY (execution_id, op_id, kind)
+    );
+    CREATE INDEX execution_timers_due ON {SCHEMA}.execution_timers
+        (due_ms, execution_id, op_id, kind);
+    """,
 ]
 
 
