@@ -37,6 +37,7 @@ from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.tasks import Supervisor, patience
+from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
 from alarmtop.server.listing import (
     MAX_SCAN,
     check_scan,
@@ -52,7 +53,9 @@ DEFAULT_PAGE = 50
 ALARM_STATES = ("pending", "running", "retrying", "dead")
 SNAPSHOT_ROWS = 50
 QUERY_OPS = frozenset(op for op, (operator, _) in OPS.items() if not operator)
-EXECUTION_OPS = ("retry_compensation", "resolve", "abort", "hand_to_human")
+# The runtime audits these itself, one row each with the client as actor.
+EXECUTION_OPS = (frozenset({"retry_compensation", "resolve", "abort", "hand_to_human"})
+                 | RUNTIME_AUDITED)
 TARGET_FIELDS = ("object", "target", "fault_id", "callback_id", "execution_id")
 MAX_AUDIT_TEXT = 500  # characters of client text kept in a row about a refused frame
 DEADLINE_S = 5.0  # a command's answer comes within this (alarmtop serve --command-timeout)
@@ -105,6 +108,7 @@ class OpsService:
         # Commands run in tasks of their own, so that one past its deadline is left to
         # finish after it was answered; `close()` ends whatever is left at shutdown.
         self.tasks = Supervisor(None, "ops commands")
+        self._tools = ExecutionTools(runtime)
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
             "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
@@ -120,6 +124,9 @@ class OpsService:
         if not cmd.needs_operator:
             try:
                 async with asyncio.timeout(self.deadline_s):
+                    if cmd.op in TOOL_QUERIES:
+                        return await self._tools.run(cmd.op, cmd.args, session.address,
+                                                     session.role)
                     return await self._handlers[cmd.op](cmd.args)
             except TimeoutError:
                 raise CommandTimeout(f"{cmd.op}: no answer within the {self.deadline_s:g} s "
@@ -247,6 +254,8 @@ class OpsService:
         return {"callback_id": args["callback_id"], "outcome": outcome}
 
     async def _execution_action(self, cmd: Command, session: Session) -> Any:
+        if cmd.op in RUNTIME_AUDITED:
+            return await self._tools.run(cmd.op, cmd.args, session.address, session.role)
         ex, eid = self.rt.executions, cmd.args["execution_id"]
         reason = cmd.args.get("reason")
         kw: dict[str, Any] = {"actor": session.address, "role": session.role}

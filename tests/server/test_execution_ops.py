@@ -23,6 +23,7 @@ from alarmtop.server.execution_ops import (
     tool_ops,
 )
 from tests.conftest import RuntimeFactory
+from tests.server.conftest import OPERATOR, VIEWER, ClientFactory, ServerFactory
 
 down = {"on": True}
 
@@ -42,13 +43,12 @@ async def pay(event: Any, ctx: DurableContext) -> str:
                               config=StepConfig(retry_strategy=RetryPresets.none())))
 
 
-def test_the_ops_merge_into_the_wire_table_without_clashes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_ops_are_in_the_wire_table() -> None:
     spec = tool_ops(wire.Field)
-    assert not set(spec) & set(wire.OPS)
     assert RUNTIME_AUDITED == {op for op, (operator, _) in spec.items() if operator}
     assert TOOL_QUERIES == {op for op, (operator, _) in spec.items() if not operator}
-    monkeypatch.setattr(wire, "OPS", {**wire.OPS, **spec})
+    assert all(wire.OPS[op] == spec[op] for op in spec)
+    assert RUNTIME_AUDITED <= wire.OPERATOR_OPS and not TOOL_QUERIES & wire.OPERATOR_OPS
     cmd = wire.decode(json.dumps({"op": "redrive", "id": 3, "execution_id": "e1",
                                   "force": True}))
     assert isinstance(cmd, wire.Command) and cmd.args == {"execution_id": "e1", "force": True}
@@ -105,3 +105,29 @@ async def test_a_refused_op_is_audited_once_and_raises(make_runtime: RuntimeFact
     assert len(rows) == 1 and (rows[0]["action"], rows[0]["ok"]) == ("redrive", False)
     with pytest.raises(wire.ProtocolError, match="unknown execution tool op"):
         await ExecutionTools(rt).run("nope", {}, "c", "operator")
+
+
+async def test_over_a_real_socket_viewers_query_and_operators_act_audited_once(
+        make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
+        client: ClientFactory) -> None:
+    rt = await make_runtime()
+    rt.register_execution(pay)
+    await rt.executions.start("pay", None, execution_id="w1")
+    await clock.advance(1)
+    server = await serve(rt)
+    viewer = await client(server.url, VIEWER)
+    timers = await viewer.ok("execution_timers", execution_id="w1")
+    assert timers == {"rows": [], "next": None}
+    assert (await viewer.ok("replay_check", execution_id="w1"))["summary"] == \
+        "replays cleanly"
+    refused = await viewer.request("pause", execution_id="w1")
+    assert refused["ok"] is False and "operator role" in refused["error"]
+    operator = await client(server.url, OPERATOR)
+    assert (await operator.ok("pause", execution_id="w1", reason="look first"))["paused"]
+    bad = await operator.request("fork", execution_id="w1")
+    assert bad["ok"] is False and "from_step" in bad["error"]
+    await operator.ok("resume", execution_id="w1")
+    rows = await rt.audit.list()
+    assert [(r["action"], r["ok"]) for r in rows] == [
+        ("resume", True), ("fork", False), ("pause", True), ("pause", False)]
+    assert rows[2]["reason"] == "look first" and rows[3]["role"] == "viewer"
