@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual import events, work
@@ -60,11 +61,30 @@ DONE = {"rearm": "re-armed {target}", "fire_now": "fired {target} now",
         "send_callback": "sent a result to {target}",
         "retry_compensation": "retrying the failed compensation of {target}",
         "resolve": "resolved {target} by hand", "abort": "aborted {target}",
-        "hand_to_human": "handed {target} to a human"}
+        "hand_to_human": "handed {target} to a human", "pause": "paused {target}",
+        "resume": "resumed {target}", "redrive": "redriving {target}",
+        "fork": "forked {target}", "complete_callback": "completed {target} by hand",
+        "pause_alarm": "paused the alarm of {target}",
+        "resume_alarm": "resumed the alarm of {target}", "snooze_alarm": "snoozed {target}",
+        "fire_timer": "fired {target} now", "snooze_timer": "snoozed {target}",
+        "bulk_start": "started {target}", "bulk_cancel": "cancelling {target}"}
 VERB = {"rearm": "re-arm", "fire_now": "fire now", "clear_dead_letter": "clear dead letter",
         "inject_fault": "inject fault", "clear_fault": "remove", "send_callback": "send",
         "retry_compensation": "retry compensation", "resolve": "resolve", "abort": "abort",
-        "hand_to_human": "hand to a human"}
+        "hand_to_human": "hand to a human", "pause": "pause", "resume": "resume",
+        "redrive": "redrive", "fork": "fork", "complete_callback": "complete",
+        "pause_alarm": "pause the alarm of", "resume_alarm": "resume the alarm of",
+        "snooze_alarm": "snooze", "fire_timer": "fire", "snooze_timer": "snooze",
+        "bulk_start": "start", "bulk_cancel": "cancel"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an operator command came to: done (with the server's answer) or not (why)."""
+
+    ok: bool
+    data: Any = None
+    error: str = ""
 
 
 class AlarmtopApp(App[None]):
@@ -269,25 +289,33 @@ class AlarmtopApp(App[None]):
             self.notify(f"{op}: {exc}", severity="warning")
             return None
 
-    async def try_command(self, op: str, target: str, /, **args: Any) -> tuple[bool, str]:
+    async def perform(self, op: str, target: str, args: dict[str, Any], *,
+                      said: Callable[[Any], str] | None = None) -> Outcome:
         """An operator action on `target` (what the operator reads, say "Flaky/payments-0"
-        or "fault f1 (...)"): (done, the server's reason when not). What happened is
-        said, naming the target, in a notice and on the status line."""
+        or "fault f1 (...)"). What happened is said, naming the target, in a notice and
+        on the status line: `said(answer)` when given, else the op's own words."""
         if self.read_only:
             why = "this console is a viewer's" if self.state.role == "viewer" else (
                 "the console is read-only")
             self._say(f"{VERB.get(op, op)} {target} refused: {why}", "error")
-            return False, why
+            return Outcome(False, error=why)
         try:
-            await self.client.request(op, **args)
+            data = await self.client.request(op, **args)
         except (CommandError, Disconnected, TimeoutError) as exc:
             self._say(f"{VERB.get(op, op)} {target} failed: {exc}", "error")
-            return False, str(exc)
-        self._say(DONE.get(op, op + " {target}").format(target=target), "information")
+            return Outcome(False, error=str(exc))
+        text = said(data) if said is not None else DONE.get(op, op + " {target}").format(
+            target=target)
+        self._say(text, "information")
         view = self.active_view()
         if view is not None:
             view.post_message(Reload())
-        return True, ""
+        return Outcome(True, data)
+
+    async def try_command(self, op: str, target: str, /, **args: Any) -> tuple[bool, str]:
+        """`perform` as (done, the server's reason when not)."""
+        outcome = await self.perform(op, target, args)
+        return outcome.ok, outcome.error
 
     async def command(self, op: str, target: str, /, **args: Any) -> bool:
         return (await self.try_command(op, target, **args))[0]

@@ -39,6 +39,14 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "abort": ("Abort {execution}", "End it as aborted; it runs nothing more"),
     "hand_to_human": ("Hand {execution} to a human", "Hold it until someone decides"),
     "clear_fault": ("Remove fault {fault}", "The target behaves again"),
+    "pause_execution": ("Pause {execution}", "It runs nothing until resumed"),
+    "resume_execution": ("Resume {execution}", "What fell due while paused runs now"),
+    "redrive": ("Redrive {execution}…", "From its first failed operation, after a replay check"),
+    "fork": ("Fork {execution} from an operation…", "A new execution, after a replay check"),
+    "replay_check": ("Replay check of {execution}", "Clean, or the first divergence"),
+    "pause_alarm": ("Pause the alarm of {alarm}", "Fire nothing until resumed"),
+    "resume_alarm": ("Resume the alarm of {alarm}", "Let it fire again"),
+    "snooze_alarm": ("Snooze the alarm of {alarm}…", "Move it later"),
 }
 
 
