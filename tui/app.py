@@ -31,11 +31,13 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from alarmtop.tui import collector
+from alarmtop.tui.bulk import BulkBook
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.commands import console_commands
 from alarmtop.tui.compat import compose_ahead, mode_started, restyle_pending
 from alarmtop.tui.listings import ServerListings
-from alarmtop.tui.messages import Reload, StateChanged
+from alarmtop.tui.marks import Marks
+from alarmtop.tui.messages import BulkChanged, Reload, StateChanged
 from alarmtop.tui.pacing import RedrawPacer
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
 from alarmtop.tui.screens.base import ConsoleScreen
@@ -49,6 +51,7 @@ from alarmtop.tui.screens.lists import (
 )
 from alarmtop.tui.screens.overview import OverviewScreen
 from alarmtop.tui.screens.target import TargetScreen
+from alarmtop.tui.screens.timers import TimersScreen
 from alarmtop.tui.state import ConsoleState
 
 MAX_BACKOFF_S = 10.0
@@ -93,7 +96,7 @@ class AlarmtopApp(App[None]):
     MODES: ClassVar[dict[str, Any]] = {
         "overview": OverviewScreen, "alarms": AlarmsScreen, "executions": ExecutionsScreen,
         "objects": ObjectsScreen, "dead": DeadLettersScreen, "faults": FaultsScreen,
-        "audit": AuditScreen, "events": EventsScreen,
+        "audit": AuditScreen, "events": EventsScreen, "timers": TimersScreen,
     }
     DEFAULT_MODE = "overview"
     # Below 120 columns a view's detail pane goes under its table (alarmtop.tcss) and the
@@ -109,6 +112,7 @@ class AlarmtopApp(App[None]):
         Binding("6", "switch_mode('faults')", "Faults", show=False, id="view-faults"),
         Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
         Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
+        Binding("9", "switch_mode('timers')", "Timers", show=False, id="view-timers"),
         # Shown at the right end of every footer (widgets/footer.py), never scrolled away.
         Binding("question_mark", "help", "Help", tooltip="Every key and what it does",
                 id="help", show=False),
@@ -129,6 +133,8 @@ class AlarmtopApp(App[None]):
         # Snapshots received: one comes after each (re)connect, and pages fetched before
         # it may show data the server no longer has, so views key their pages by it.
         self.snapshots = 0
+        self.marks = Marks()  # rows marked for a bulk action, in every view, by identity
+        self.bulks = BulkBook()  # the bulk batches heard of (events, answers)
 
     # -- who we are ------------------------------------------------------------------------
 
@@ -240,6 +246,7 @@ class AlarmtopApp(App[None]):
                 async for frame in self.client.frames():
                     if frame.get("type") == "snapshot":
                         self.snapshots += 1  # before the views see it: pages are stale
+                    self._bulk_events(frame)
                     if self.state.apply(frame, time.monotonic()):
                         self.pacer.changed()
                         self._pace()
@@ -257,6 +264,16 @@ class AlarmtopApp(App[None]):
                 self.log.warning(f"feed: {reason}")
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    def _bulk_events(self, frame: dict[str, Any]) -> None:
+        """Bulk batches' progress from the frame's events, to the screen on top (the
+        progress view of that batch shows it)."""
+        for event in frame.get("events") or ():
+            if str(event.get("type", "")).startswith("bulk."):
+                batch = self.bulks.apply_event(event)
+                if batch is not None:
+                    with contextlib.suppress(ScreenStackError):
+                        self.screen.post_message(BulkChanged(batch))
 
     def redraw_soon(self) -> None:
         """Redraw the view when the pacer says, as after a frame: for answers that come

@@ -48,10 +48,10 @@ ACTIONS: dict[str, tuple[BulkAction, ...]] = {
         BulkAction("clear_faults", "Clear faults", "cleared of faults"),
     ),
 }
-STATES = {"alarms": ("pending", "retrying", "running", "dead"),
+STATES = {"alarms": ("pending", "retrying", "dead", "paused"),
           "executions": ("running", "suspended", "needs_human", "failed", "timed_out",
                          "aborted", "succeeded")}
-LIVE = frozenset({"pending", "running", "cancelling", "started"})
+LIVE = frozenset({"preparing", "running", "cancelling"})  # then done, failed or cancelled
 MAX_FAILURES = 500  # kept per batch: the first ones (the rest are counted)
 
 
@@ -116,7 +116,7 @@ def selection(kind: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:
     for name in ("class", "name", "error"):
         if fields.get(name, "").strip():
             out[name] = fields[name].strip()
-    for bound in ("due", "updated"):
+    for bound in ("due", "updated") if kind == "alarms" else ("updated",):
         lo, hi = (_when(fields, f"{bound}_{end}", now_ms) for end in ("from", "to"))
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"{bound}: 'from' is after 'to'")
@@ -147,6 +147,7 @@ class Batch:
     status: str = "running"
     failures: tuple[tuple[str, str], ...] = ()  # (key, error), first ones first
     kind: str | None = None
+    cancelled: int = 0  # items a cancel left undone
 
     @property
     def live(self) -> bool:
@@ -164,11 +165,14 @@ class Batch:
         total = _int(data, "total", self.total)
         done = max(self.done, _int(data, "done", 0))
         failed = max(self.failed, _int(data, "failed", 0))
+        cancelled = max(self.cancelled, _int(data, "cancelled", 0))
         # Counts taken from the newest of what came: what is left follows from them.
-        left = total - done - failed if total else _int(data, "left", self.left)
+        left = total - done - failed - cancelled if total else _int(data, "left", self.left)
         return replace(self, action=str(data.get("action") or self.action), total=total,
                        done=done, failed=failed, left=max(0, left), status=status,
-                       failures=_failures(self.failures, data.get("failures")),
+                       cancelled=cancelled,
+                       failures=_failures(_failures(self.failures, data.get("failures")),
+                                          data.get("recent_failures")),
                        kind=data.get("kind") or self.kind)
 
 
@@ -200,8 +204,11 @@ def _key_text(key: Any) -> str:
 
 def progress_text(b: Batch) -> str:
     """"rearm b7: 412 of 1,000 done, 3 failed, 585 left (running)"."""
-    return (f"{b.action} {b.batch_id}: {count(b.done)} of {count(b.total)} done, "
-            f"{count(b.failed)} failed, {count(b.left)} left ({b.status})")
+    text = (f"{b.action} {b.batch_id}: {count(b.done)} of {count(b.total)} done, "
+            f"{count(b.failed)} failed, {count(b.left)} left")
+    if b.cancelled:
+        text += f", {count(b.cancelled)} cancelled"
+    return f"{text} ({b.status})"
 
 
 @dataclass
@@ -230,7 +237,7 @@ class BulkBook:
             return None
         data = dict(event.get("data") or {})
         if kind == "bulk.finished" and "status" not in data:
-            data["status"] = "finished"
+            data["status"] = "done"
         return self.apply(data)
 
     def running(self) -> list[Batch]:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 KINDS = ("alarms", "executions")
 NOUN = {"alarms": ("alarm", "alarms"), "executions": ("execution", "executions")}
+MARK = "● "  # before a marked row's first cell
 MAX_MARKS = 10_000  # more than that is what a selection by query is for
 
 

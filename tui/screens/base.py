@@ -18,6 +18,7 @@ from textual.screen import Screen
 from alarmtop.tui import collector
 from alarmtop.tui.compat import adopt_styles
 from alarmtop.tui.formatting import EXEC_STYLE, PAUSED_MARK, STATE_STYLE
+from alarmtop.tui.marks import MARK
 from alarmtop.tui.messages import Reload, StateChanged
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.footer import FixedKeys, FooterRow, StatusLine
@@ -29,10 +30,12 @@ if TYPE_CHECKING:
 
 def styled_state(label: str) -> Text:
     """A state or status in its colours; a paused one keeps them and gets the mark."""
-    base = label.removesuffix(PAUSED_MARK)
+    marked = label.startswith(MARK)
+    base = label.removeprefix(MARK).removesuffix(PAUSED_MARK)
     style = STATE_STYLE.get(base) or EXEC_STYLE.get(base.lower(), "")
-    out = Text(f" {base} ", style=style)
-    if base != label:
+    out = Text(MARK.strip(), style="bold cyan") if marked else Text()
+    out.append(f" {base} ", style=style)
+    if label.endswith(PAUSED_MARK):
         out.append(PAUSED_MARK.strip(), style="bold magenta")
     return out
 
