@@ -29,7 +29,8 @@ Row = dict[str, Any]
 def timer_key(row: Row) -> str:
     """A timer's identity on the board: its kind, target and operation (its `key`, the
     paging cursor, moves with its due time: a snoozed timer is the same timer)."""
-    return f"{row.get('kind')}|{row.get('target')}|{row.get('op_id') or ''}"
+    target = row.get("target") or row.get("execution_id") or row.get("object")
+    return f"{row.get('kind')}|{target}|{row.get('op_id') or ''}"
 
 
 def countdown(due_ms: int | None, now_ms: int, paused: bool = False) -> str:
