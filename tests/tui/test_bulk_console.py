@@ -432,3 +432,30 @@ async def test_snooze_from_the_board_moves_the_timer(harness: Harness) -> None:
 
 def test_batch_defaults() -> None:
     assert Batch("b").live and not Batch("b", status="done").live
+
+
+async def test_help_and_the_palette_list_the_new_keys(harness: Harness) -> None:
+    """The help names every new key; the palette offers the board, marking and bulk on a
+    dead letter (named), and not bulk before anything is marked."""
+    from textual.widgets import Markdown
+
+    from alarmtop.tui.screens.lists import HelpScreen
+    dead = await harness.dead_letter()
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "5", DeadLettersScreen, "#alarm-page", [dead])
+        titles = [c.title for c in app.get_system_commands(pilot.app.screen)]
+        assert "Go to Timers board (9)" in titles and f"Mark or unmark {dead}" in titles
+        assert "Select by query…" in titles
+        assert not any(t.startswith("Bulk action") for t in titles)
+        await pilot.press("space")
+        titles = [c.title for c in app.get_system_commands(pilot.app.screen)]
+        assert "Bulk action on the marked (1 marked)…" in titles
+        await pilot.press("question_mark")
+        help_screen = await dialog(pilot, HelpScreen)
+        text = help_screen.query_one(Markdown).source
+        for key in ("`space` mark", "`b` bulk", "`m` select by query", "`9` the timers board",
+                    "`d` redrive", "`F` fork", "`v` replay check", "`p` pause"):
+            assert key in text, key
+        await settle_workers(pilot)
