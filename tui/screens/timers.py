@@ -45,6 +45,9 @@ PAGE = 100
 TITLE = "Timers: every pending alarm, wait, callback deadline and retry, soonest first"
 COLUMNS = (("due", 26), ("kind", 18), ("target", 30), ("what", 34), ("state", 11),
            ("paused", 7), ("retry", 5))
+NARROW = (("due", 22), ("kind", 10), ("target", 22), ("what", 12), ("state", 9),
+          ("paused", 6), ("retry", 5))  # under 120 columns: the countdown and target first
+SHORT_TITLE = "Timers, soonest first"
 OLD_SERVER = "execution timers only: this server has no timers board (alarms not listed)"
 
 
@@ -138,14 +141,16 @@ class TimersScreen(MarkingMixin):
         super().draw(state)
         now = state.now_ms
         table, marks = self.table, self.console.marks
-        table.set_columns(COLUMNS)
+        narrow = (table.scrollable_content_region.width or 150) < 120
+        table.set_columns(NARROW if narrow else COLUMNS)
         self.by_key = {timer_key(r): r for r in self.rows}
         table.show([(key, marked(timer_cells(r, now, 34), (mark_kind(r), mark_key(r)) in marks))
                     for key, r in self.by_key.items()])
         late = sum(1 for r in self.rows if overdue(r, now))
         extra = [p for p in (f"{late:,} overdue" if late else "", self.note,
                              marks.summary()) if p]
-        table.border_title = TITLE + (f"  [{'  '.join(extra)}]" if extra else "")
+        title = SHORT_TITLE if narrow else TITLE
+        table.border_title = title + (f"  [{'  '.join(extra)}]" if extra else "")
         first = self.first + 1 if self.rows else 0
         sub = f"{first:,}-{self.first + len(self.rows):,}" + (
             "  pgdn: next" if self.more else "")
