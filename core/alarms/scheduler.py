@@ -357,8 +357,13 @@ class AlarmScheduler:
         logging.getLogger("alarmtop.runtime").exception(
             "alarm of %s/%s not run: its attempt could not be recorded (%s: %s); trying "
             "again in 1 s", rec.object_class, rec.object_name, type(exc).__name__, exc)
+        self.later(rec, 1000)
+
+    def later(self, rec: AlarmRecord, ms: int) -> None:
+        """A popped alarm that cannot run now is looked at again in `ms` (its row is
+        unchanged: only this node's window holds the later time)."""
         if self.still_current(rec):
-            later = rec._replace(next_attempt_ms=self._clock.now_ms() + 1000)
+            later = rec._replace(next_attempt_ms=self._clock.now_ms() + ms)
             self.window.put(later)
             self._due_changed(later)
 

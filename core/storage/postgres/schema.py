@@ -98,7 +98,8 @@ MIGRATIONS: list[str] = [
         shard INTEGER PRIMARY KEY,
         owner TEXT,
         epoch BIGINT NOT NULL DEFAULT 0,
-        expires_ms BIGINT NOT NULL DEFAULT 0
+        expires_ms BIGINT NOT NULL DEFAULT 0,
+        offered_to TEXT  -- handed over to this node: others wait until expires_ms
     );
     CREATE TABLE {SCHEMA}.nodes (
         node_id TEXT PRIMARY KEY,
