@@ -131,7 +131,7 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP, node_host: str = "127.0.0.1") -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -282,8 +282,9 @@ class Runtime:
         self.check_descriptors()
         backend = self.backend
         if isinstance(backend, FleetBackend):
+            host = self._node_host or getattr(backend, "node_host", None) or "127.0.0.1"
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
-                                           self._serve_node, host=self._node_host)
+                                           self._serve_node, host=host)
             await self._node_server.start()
             backend.bind(self._shards_changed, self._node_server.address, self._drain_shards)
         try:

@@ -80,10 +80,13 @@ class PostgresBackend:
             a node started with another count refuses to start).
         lease_s: how long a shard lease lasts unless renewed.
         pool_size: connections for reads and object events.
+        node_host: the address this node listens on for other nodes' calls (a free
+            port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
     """
 
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
-                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL) -> None:
+                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
+                 node_host: str = "127.0.0.1") -> None:
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
@@ -93,6 +96,7 @@ class PostgresBackend:
         self.shards = shards
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
+        self.node_host = node_host
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (wall ms) each held lease runs, as this node last wrote it: past
@@ -140,9 +144,10 @@ class PostgresBackend:
         asyncpg = _asyncpg()
         try:
             self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise StorageError(f"cannot connect to PostgreSQL ({exc}); check the DSN, that the "
-                               "server runs, and the password (PGPASSFILE)", "postgresql") from exc
+        except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
+            raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
+                               "check the DSN, that the "
+                               "server runs, and the password (PGPASSFILE)") from exc
         try:
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
