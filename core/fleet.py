@@ -42,6 +42,8 @@ class FleetBackend(Protocol):
 
     async def nodes(self) -> list[dict[str, Any]]: ...
 
+    async def claim_once(self, name: str, at_ms: int) -> bool: ...
+
 
 HERE = object()  # what `forward` answers when the object's events run on this node
 

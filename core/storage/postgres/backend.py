@@ -111,6 +111,7 @@ class PostgresBackend:
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[L.NodeRow] = []
         self._renewed_ms = 0
+        self._claims = 0
         self._rounds = 0
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
@@ -427,6 +428,20 @@ class PostgresBackend:
         return [{"node_id": r[0], "address": r[1], "started_ms": r[2], "renewed_ms": r[3],
                  "stopped_ms": r[4], "shards": int(r[5]),
                  "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
+
+    async def claim_once(self, name: str, at_ms: int) -> bool:
+        """Whether this node runs the fleet's one `name` at `at_ms` (a cron fire, say):
+        the first node to ask wins it, the others skip it. A node that wins and dies
+        before running it loses that one run (as a process that is down misses a fire)."""
+        async with self._require_pool().acquire() as conn:
+            won = await conn.fetchval(
+                f"INSERT INTO {SCHEMA}.fleet_once (name, at_ms, node_id) VALUES ($1, $2, $3) "
+                "ON CONFLICT DO NOTHING RETURNING 1", name, at_ms, self.node_id)
+            self._claims += 1
+            if self._claims % 256 == 1:  # a day's worth is plenty to tell the nodes apart
+                await conn.execute(f"DELETE FROM {SCHEMA}.fleet_once WHERE at_ms < $1",
+                                   at_ms - 86_400_000)
+        return won is not None
 
     async def fence(self, conn: PgConn, shards: set[int]) -> None:
         """In the writer's transaction: proceed only while this node still holds each
