@@ -298,6 +298,7 @@ class Runtime:
             self._router = FleetRouter(backend)
             self.host.may_run = backend.may_run
             self._cron.gate = self.scheduler.once = backend.claim_once
+            await backend.share_faults(self.faults)
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
