@@ -220,7 +220,7 @@ class BulkBook:
 
     def apply(self, data: dict[str, Any]) -> Batch | None:
         """Merge an event's data or a `bulk` answer; the batch as it is now."""
-        bid = data.get("batch_id")
+        bid = data.get("batch_id") or data.get("id")  # events say batch_id, answers id
         if not isinstance(bid, str) or not bid:
             return None
         batch = self.batches.pop(bid, None) or Batch(bid)

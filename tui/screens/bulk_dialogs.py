@@ -52,7 +52,7 @@ def bulk_args(action: BulkAction, reason: str, note: str, throttle: str) -> dict
         args["note"] = note.strip()
     if throttle.strip():
         try:
-            args["throttle"] = int(throttle)
+            args["max_in_flight"] = int(throttle)
         except ValueError:
             raise ValueError(f"throttle is a whole number of items in flight at once, not "
                              f"{throttle.strip()!r}") from None
