@@ -463,3 +463,42 @@ async def test_help_and_the_palette_list_the_new_keys(harness: Harness) -> None:
                     "`d` redrive", "`F` fork", "`v` replay check", "`p` pause"):
             assert key in text, key
         await settle_workers(pilot)
+
+
+@needs("pause_alarm", "resume_alarm", "snooze_alarm")
+async def test_pause_snooze_and_resume_an_alarm(harness: Harness) -> None:
+    """p on a pending alarm asks why and pauses it: its row shows the paused mark, the
+    detail says so, and p is now Resume; z snoozes it five minutes; p resumes it."""
+    from alarmtop.tui.screens.dialogs import TextDialog
+    from alarmtop.tui.screens.tool_dialogs import SnoozeDialog
+    from tests.tui.test_console import confirm, done
+    ref = await harness.pending(in_s=60)
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "2", AlarmsScreen, "#alarm-page", [ref])
+        await pilot.press("p")
+        box = await dialog(pilot, TextDialog)
+        assert f"Pause the alarm of {ref}?" in box.title_text
+        await paste(pilot, "vendor maintenance")
+        await pilot.press("enter")
+        await done(pilot, rec, f"paused the alarm of {ref}")
+        status = await harness.rt.alarm("Flaky", "payments-9")
+        assert status is not None and status.paused
+        await until(pilot, lambda: cell_text(pilot, "#alarm-page", ref)[0].endswith("‖"),
+                    "the paused mark")
+        await until(pilot, lambda: "PAUSED" in static_text(pilot, "#attempts"), "the detail")
+        assert pilot.app.screen.active_bindings["p"].binding.description == "Resume"
+        due = status.next_attempt_ms
+        await pilot.press("z")
+        await dialog(pilot, SnoozeDialog)
+        await pilot.click("#by-300000")
+        await done(pilot, rec, f"snoozed {ref}")
+        status = await harness.rt.alarm("Flaky", "payments-9")
+        assert status is not None and due is not None and status.next_attempt_ms == due + 300_000
+        await pilot.press("p")
+        await confirm(pilot, f"Resume the alarm of {ref}?")
+        await done(pilot, rec, f"resumed the alarm of {ref}")
+        status = await harness.rt.alarm("Flaky", "payments-9")
+        assert status is not None and not status.paused
+        await settle_workers(pilot)
