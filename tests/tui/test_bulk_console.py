@@ -502,3 +502,29 @@ async def test_pause_snooze_and_resume_an_alarm(harness: Harness) -> None:
         status = await harness.rt.alarm("Flaky", "payments-9")
         assert status is not None and not status.paused
         await settle_workers(pilot)
+
+
+@needs("bulk_start", "bulk")
+async def test_bulk_pause_of_marked_executions(harness: Harness) -> None:
+    """Marks in the executions view mark executions: b offers the executions' actions,
+    and Pause on two waiting festivals pauses both, with the reason given."""
+    eids = [await harness.festival(e) for e in ("hsf-day1", "hsf-day4")]
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "3", ExecutionsScreen, "#execution-page", sorted(eids))
+        await pilot.press("space", "space", "b")
+        form = await dialog(pilot, BulkDialog)
+        assert form.kind == "executions" and sorted(form.keys) == sorted(eids)
+        form.query_one("#action", Select).value = "pause"
+        await until(pilot, lambda: str(form.query_one("#ok", Button).label)
+                    == "Pause 2 executions", "the button")
+        await focus(pilot, "reason")
+        await paste(pilot, "venue checks")
+        await pilot.click("#ok")
+        await dialog(pilot, BulkProgressScreen)
+        await until(pilot, lambda: "2 of 2 done" in static_text(pilot, "#bulk-counts"),
+                    "the batch to finish")
+        for eid in eids:
+            assert (await harness.describe(eid))["paused"]
+        await settle_workers(pilot)
