@@ -56,7 +56,7 @@ def test_a_down_node_is_a_red_warning_on_the_second_line_at_any_width() -> None:
     down = {**FLEET, "down": 1}
     text = nodes_header({"nodes": down})
     assert text.plain == " NODES 3 (1 DOWN) " and "red" in str(text.style)
-    wide_first, wide_second = header(down, 160)
+    _, wide_second = header(down, 160)
     assert "NODES 3 (1 DOWN)" in wide_second and wide_second.startswith(" DEAD 2")
     first, second = header(down, 80)
     assert len(first) <= 80 and len(second) <= 80
