@@ -42,6 +42,10 @@ class FleetBackend(Protocol):
 
     async def nodes(self) -> list[dict[str, Any]]: ...
 
+    async def claim_once(self, name: str, at_ms: int) -> bool: ...
+
+    async def share_faults(self, registry: Any) -> None: ...
+
 
 HERE = object()  # what `forward` answers when the object's events run on this node
 

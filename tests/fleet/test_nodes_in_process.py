@@ -3,6 +3,9 @@ object's events reaching its owner from any node."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import pytest
 
 from alarmtop.core import VirtualClock
@@ -180,3 +183,66 @@ async def test_a_node_refuses_to_start_with_another_shard_count(
     rt = Runtime(clock=clock, backend=PostgresBackend(pg_dsn, node_id="z", shards=SHARDS * 2))
     with pytest.raises(InvalidArgument, match=f"set up with {SHARDS} shards"):
         await rt.start()
+
+
+async def test_a_cron_job_runs_on_one_node_per_fire(node: NodeFactory, clock: VirtualClock
+                                                    ) -> None:
+    """Every node keeps the schedule; each fire runs once in the fleet."""
+    a = await node("a")
+    b = await node("b")
+    ran: list[tuple[str, int]] = []
+    for rt, name in ((a, "a"), (b, "b")):
+        rt.cron("* * * * *", lambda name=name: ran.append((name, clock.now_ms())), name="tick")
+    await clock.advance(60 * 5 + 1)
+    await until(lambda: len(ran) >= 5, what="five fires")
+    await asyncio.sleep(0.1)  # a second run of one fire, if any, would land by now
+    fires = [at for _, at in ran]
+    assert len(fires) == 5 and len(set(fires)) == 5, ran
+
+
+async def test_the_dead_letter_reminder_is_said_once_for_the_fleet(
+        node: NodeFactory, clock: VirtualClock, caplog: pytest.LogCaptureFixture) -> None:
+    a = await node("a", sweep_interval=30.0)
+    b = await node("b", sweep_interval=30.0)
+    await balance(a, b)
+    name = name_on(b)
+    await a.get("Counter", name).break_alarm()
+    await a.get("Counter", name).arm(0)
+    await clock.advance(200)
+    assert [s for s in await a.dead_letters() if s.object_name == name]
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="alarmtop")
+    await clock.advance(30 * 4)
+    said = [r for r in caplog.records if getattr(r, "event", None) == "alarm.dead_letters"
+            or "dead letter" in r.getMessage()]
+    assert 3 <= len(said) <= 5, [r.getMessage() for r in said]
+
+
+async def test_faults_are_the_fleets(node: NodeFactory, clock: VirtualClock) -> None:
+    """Injected on one node, a fault applies where its target runs, is listed by every
+    node, and a clear from any node ends it everywhere."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    name = name_on(b)
+    target = f"Counter/{name}"
+    fid = a.faults.inject(target, "alarm_raise", times=None)
+    assert fid.endswith("@a")
+    await a.faults.flush()
+    await until(lambda: any(f["id"] == fid for f in b.faults.list()), what="b sees the fault")
+    await a.get("Counter", name).arm(0)
+    await clock.advance(1)
+    await until(lambda: any(f["id"] == fid and f["triggered"] >= 1 for f in b.faults.list()),
+                what="the fault applied on the owner")
+    status = await a.alarm("Counter", name)
+    assert status is not None and status.retry_count >= 1  # the owner's attempt failed
+    # Used on b, the count reaches a.
+    await b.faults.flush()
+    await until(lambda: any(f["id"] == fid and f["triggered"] >= 1 for f in a.faults.list()),
+                what="a sees the fault used")
+    other = b.faults.inject(target, "alarm_delay", times=1, seconds=5)
+    assert other.endswith("@b") and other != fid
+    a.faults.clear(fid)
+    await a.faults.flush()
+    await until(lambda: all(f["id"] != fid for f in b.faults.list()), what="cleared on b")
+    await until(lambda: any(f["id"] == other for f in a.faults.list()), what="a sees b's")

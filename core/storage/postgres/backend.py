@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres import leases as L
 from alarmtop.core.storage.postgres.executions import PgExecutionStore
+from alarmtop.core.storage.postgres.fault_store import PgFaultStore
 from alarmtop.core.storage.postgres.index import PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
@@ -30,6 +31,7 @@ from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 if TYPE_CHECKING:
     import asyncpg
 
+    from alarmtop.core.faults import FaultRegistry
     from alarmtop.core.storage.postgres.index import PgConn
 
 ObjectKey = tuple[str, str]
@@ -80,10 +82,13 @@ class PostgresBackend:
             a node started with another count refuses to start).
         lease_s: how long a shard lease lasts unless renewed.
         pool_size: connections for reads and object events.
+        node_host: the address this node listens on for other nodes' calls (a free
+            port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
     """
 
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
-                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL) -> None:
+                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
+                 node_host: str = "127.0.0.1") -> None:
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
@@ -93,6 +98,7 @@ class PostgresBackend:
         self.shards = shards
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
+        self.node_host = node_host
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (wall ms) each held lease runs, as this node last wrote it: past
@@ -107,6 +113,8 @@ class PostgresBackend:
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[L.NodeRow] = []
         self._renewed_ms = 0
+        self._claims = 0
+        self._faults: PgFaultStore | None = None
         self._rounds = 0
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
@@ -140,9 +148,10 @@ class PostgresBackend:
         asyncpg = _asyncpg()
         try:
             self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise StorageError(f"cannot connect to PostgreSQL ({exc}); check the DSN, that the "
-                               "server runs, and the password (PGPASSFILE)", "postgresql") from exc
+        except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
+            raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
+                               "check the DSN, that the "
+                               "server runs, and the password (PGPASSFILE)") from exc
         try:
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
@@ -168,6 +177,9 @@ class PostgresBackend:
             self.address = address
 
     async def close(self) -> None:
+        faults, self._faults = self._faults, None
+        if faults is not None:
+            await faults.stop()
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -422,6 +434,32 @@ class PostgresBackend:
         return [{"node_id": r[0], "address": r[1], "started_ms": r[2], "renewed_ms": r[3],
                  "stopped_ms": r[4], "shards": int(r[5]),
                  "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
+
+    async def share_faults(self, registry: FaultRegistry) -> None:
+        """Make `registry` a mirror of the fleet's faults (kept until `close`): what it
+        holds now is written first, ids get this node's name."""
+        from alarmtop.core.faults import Fault
+        store = PgFaultStore(self._require_pool(), self.dsn, self.node_id)
+        registry.id_suffix = f"@{self.node_id}"
+        registry.sink = store
+        for fault in registry.list():
+            store.saved(Fault.from_dict(fault))
+        await store.start(registry)
+        self._faults = store
+
+    async def claim_once(self, name: str, at_ms: int) -> bool:
+        """Whether this node runs the fleet's one `name` at `at_ms` (a cron fire, say):
+        the first node to ask wins it, the others skip it. A node that wins and dies
+        before running it loses that one run (as a process that is down misses a fire)."""
+        async with self._require_pool().acquire() as conn:
+            won = await conn.fetchval(
+                f"INSERT INTO {SCHEMA}.fleet_once (name, at_ms, node_id) VALUES ($1, $2, $3) "
+                "ON CONFLICT DO NOTHING RETURNING 1", name, at_ms, self.node_id)
+            self._claims += 1
+            if self._claims % 256 == 1:  # a day's worth is plenty to tell the nodes apart
+                await conn.execute(f"DELETE FROM {SCHEMA}.fleet_once WHERE at_ms < $1",
+                                   at_ms - 86_400_000)
+        return won is not None
 
     async def fence(self, conn: PgConn, shards: set[int]) -> None:
         """In the writer's transaction: proceed only while this node still holds each
