@@ -30,6 +30,7 @@ from alarmtop.core.errors import (
     InvalidObjectName,
     NoAlarm,
     RuntimeNotRunning,
+    ShardMoved,
     UnknownClass,
     UnknownMethod,
 )
@@ -134,7 +135,7 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP, node_host: str = "127.0.0.1",
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
                  plugins: Iterable[Any] = ()) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
@@ -294,10 +295,11 @@ class Runtime:
         self.check_descriptors()
         backend = self.backend
         if isinstance(backend, FleetBackend):
+            host = self._node_host or getattr(backend, "node_host", None) or "127.0.0.1"
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
-                                           self._serve_node, host=self._node_host)
+                                           self._serve_node, host=host)
             await self._node_server.start()
-            backend.bind(self._shards_changed, self._node_server.address)
+            backend.bind(self._shards_changed, self._node_server.address, self._drain_shards)
         try:
             await backend.open()
         except BaseException:
@@ -307,6 +309,8 @@ class Runtime:
             raise
         if isinstance(backend, FleetBackend):
             self._router = FleetRouter(backend)
+            self.host.may_run = backend.may_run
+            self._cron.gate = self.scheduler.once = backend.claim_once
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
@@ -398,15 +402,17 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
-        peer = await self._router.peer((class_name, name))
-        if peer is not None:  # another node holds the object's shard: it runs the call
-            extra: dict[str, Any] = {}
+        # Another node may hold the object's shard: then it runs the call, told what the
+        # plugins carry (say, the caller's trace) for its event.
+        extra: dict[str, Any] = {}
+        if self.hooks.plugins:
             carried = self.hooks.propagation()
             if carried is not None:
-                extra["propagation"] = carried  # e.g. the caller's trace, for the event
-            return await peer.request("call", cls=class_name, name=name, method=method,
-                                      args=list(args), kwargs=kwargs, **extra)
-        return await self._call_here(class_name, name, method, args, kwargs)
+                extra["propagation"] = carried
+        return await self._router.route(
+            (class_name, name), lambda: self._call_here(class_name, name, method, args, kwargs),
+            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs,
+            **extra)
 
     async def _call_here(self, class_name: str, name: str, method: str,
                          args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -431,19 +437,37 @@ class Runtime:
             fn = getattr(self._classes[cls], method, None)
             if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
                 raise UnknownMethod(cls, method)
-            if await self._router.peer((cls, check_object_name(name))) is not None:
-                raise InvalidArgument(f"{cls}/{name} moved to another node; call it again")
+            await self._check_held(cls, name)
             carried = request.get("propagation")
-            if isinstance(carried, dict) and self.hooks.active:
+            if isinstance(carried, dict) and self.hooks.plugins:
                 INCOMING.set({str(k): str(v) for k, v in carried.items()})
             return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
                                          dict(request.get("kwargs") or {}))
         if op == "operate":
-            action = str(request["action"])
-            status = await self._operate_here(str(request["cls"]), str(request["name"]),
-                                              action, request.get("at_ms"))
+            cls, name, action = str(request["cls"]), str(request["name"]), str(request["action"])
+            await self._check_held(self._class_name(cls), name)
+            status = await self._operate_here(cls, name, action, request.get("at_ms"))
             return status.to_dict()
         raise InvalidArgument(f"unknown node operation {op!r}")
+
+    async def _drain_shards(self, shards: set[int]) -> None:
+        """Until no event of an object of these shards runs here (the backend stops
+        new ones first): a shard handed over cleanly cuts nothing off."""
+        backend = self.backend
+        assert isinstance(backend, FleetBackend)
+
+        def busy() -> bool:
+            return any(backend.shard_of(k) in shards for k in self.host.busy_keys()) or \
+                any(backend.shard_of(k) in shards for k in self.scheduler.running)
+        # Polled: events end in the host and attempts in the scheduler, with no one
+        # signal for both; the backend bounds the wait.
+        while busy():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async def _check_held(self, cls: str, name: str) -> None:
+        """A forwarded event runs only where the shard is held (the caller asks again)."""
+        if await self._router.peer((cls, check_object_name(name))) is not None:
+            raise ShardMoved(f"{cls}/{name} moved to another node; nothing ran here")
 
     def _shards_changed(self, gained: set[int], lost: set[int]) -> None:
         """The backend gained or lost shard leases: the scheduler and the host follow."""
@@ -572,11 +596,11 @@ class Runtime:
         """An operator's action runs where the alarm runs: on the node holding its shard."""
         self._check_running()
         key = (self._class_name(cls), check_object_name(name))
-        peer = await self._router.peer(key)
-        if peer is None:
-            return await self._operate_here(key[0], key[1], action, at_ms)
-        data = await peer.request("operate", cls=key[0], name=key[1], action=action,
-                                  at_ms=at_ms)
+        data = await self._router.route(
+            key, lambda: self._operate_here(key[0], key[1], action, at_ms), "operate",
+            cls=key[0], name=key[1], action=action, at_ms=at_ms)
+        if isinstance(data, AlarmStatus):
+            return data
         data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
         return AlarmStatus(**data)
 
