@@ -44,6 +44,8 @@ class FleetBackend(Protocol):
 
     async def claim_once(self, name: str, at_ms: int) -> bool: ...
 
+    async def share_faults(self, registry: Any) -> None: ...
+
 
 HERE = object()  # what `forward` answers when the object's events run on this node
 

@@ -29,6 +29,7 @@ from alarmtop.core.errors import (
     InvalidArgument,
     InvalidObjectName,
     NoAlarm,
+    NodeUnreachable,
     RuntimeNotRunning,
     ShardMoved,
     UnknownClass,
@@ -37,6 +38,7 @@ from alarmtop.core.errors import (
 from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
+from alarmtop.core.fleet_events import EventRing, FleetEvents
 from alarmtop.core.hooks import INCOMING, Hooks
 from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
@@ -174,6 +176,8 @@ class Runtime:
         self.running = False
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
+        self._event_ring: EventRing | None = None
+        self._ring_keeper: asyncio.Task[None] | None = None
         self._node_host = node_host
         # Durable executions: execution objects share one engine and the backend's log store.
         from alarmtop.core.durable.service import (
@@ -311,6 +315,12 @@ class Runtime:
             self._router = FleetRouter(backend)
             self.host.may_run = backend.may_run
             self._cron.gate = self.scheduler.once = backend.claim_once
+            await backend.share_faults(self.faults)
+            loop = asyncio.get_running_loop()
+            self._event_ring = EventRing(self.events, loop.time)
+            # Wall time, outside the supervisor: a test's virtual clock must not wait on it.
+            self._ring_keeper = loop.create_task(self._keep_ring(self._event_ring),
+                                                 name="event-ring")
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
@@ -363,6 +373,10 @@ class Runtime:
 
     async def _stop_node(self) -> None:
         """No more calls to or from other nodes."""
+        keeper, self._ring_keeper = self._ring_keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         router, self._router = self._router, Router()
         await router.close()
         if self._node_server is not None:
@@ -448,7 +462,35 @@ class Runtime:
             await self._check_held(self._class_name(cls), name)
             status = await self._operate_here(cls, name, action, request.get("at_ms"))
             return status.to_dict()
+        if op == "events":
+            if self._event_ring is None:
+                return {"events": [], "last": 0, "missed": 0}
+            return self._event_ring.pull(int(request.get("after") or 0))
         raise InvalidArgument(f"unknown node operation {op!r}")
+
+    @staticmethod
+    async def _keep_ring(ring: EventRing) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            ring.idle_check()
+
+    def fleet_events(self) -> FleetEvents | None:
+        """A puller of the other nodes' events (None when this runtime is no fleet's
+        node): `start()` it while someone watches, `drain()` what it got."""
+        backend = self.backend
+        if not isinstance(backend, FleetBackend):
+            return None
+
+        async def peers() -> list[tuple[str, str]]:
+            return [(str(n["node_id"]), str(n["address"])) for n in await backend.nodes()
+                    if n["up"] and n["address"] and n["node_id"] != backend.node_id]
+
+        async def ask(address: str, op: str, fields: dict[str, Any]) -> Any:
+            router = self._router
+            if not isinstance(router, FleetRouter):
+                raise NodeUnreachable("this node is stopping")
+            return await router.client(address).request(op, **fields)
+        return FleetEvents(peers, ask)
 
     async def _drain_shards(self, shards: set[int]) -> None:
         """Until no event of an object of these shards runs here (the backend stops

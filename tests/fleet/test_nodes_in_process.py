@@ -216,3 +216,33 @@ async def test_the_dead_letter_reminder_is_said_once_for_the_fleet(
     said = [r for r in caplog.records if getattr(r, "event", None) == "alarm.dead_letters"
             or "dead letter" in r.getMessage()]
     assert 3 <= len(said) <= 5, [r.getMessage() for r in said]
+
+
+async def test_faults_are_the_fleets(node: NodeFactory, clock: VirtualClock) -> None:
+    """Injected on one node, a fault applies where its target runs, is listed by every
+    node, and a clear from any node ends it everywhere."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    name = name_on(b)
+    target = f"Counter/{name}"
+    fid = a.faults.inject(target, "alarm_raise", times=None)
+    assert fid.endswith("@a")
+    await a.faults.flush()
+    await until(lambda: any(f["id"] == fid for f in b.faults.list()), what="b sees the fault")
+    await a.get("Counter", name).arm(0)
+    await clock.advance(1)
+    await until(lambda: any(f["id"] == fid and f["triggered"] >= 1 for f in b.faults.list()),
+                what="the fault applied on the owner")
+    status = await a.alarm("Counter", name)
+    assert status is not None and status.retry_count >= 1  # the owner's attempt failed
+    # Used on b, the count reaches a.
+    await b.faults.flush()
+    await until(lambda: any(f["id"] == fid and f["triggered"] >= 1 for f in a.faults.list()),
+                what="a sees the fault used")
+    other = b.faults.inject(target, "alarm_delay", times=1, seconds=5)
+    assert other.endswith("@b") and other != fid
+    a.faults.clear(fid)
+    await a.faults.flush()
+    await until(lambda: all(f["id"] != fid for f in b.faults.list()), what="cleared on b")
+    await until(lambda: any(f["id"] == other for f in a.faults.list()), what="a sees b's")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres import leases as L
 from alarmtop.core.storage.postgres.executions import PgExecutionStore
+from alarmtop.core.storage.postgres.fault_store import PgFaultStore
 from alarmtop.core.storage.postgres.index import PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
@@ -30,6 +31,7 @@ from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 if TYPE_CHECKING:
     import asyncpg
 
+    from alarmtop.core.faults import FaultRegistry
     from alarmtop.core.storage.postgres.index import PgConn
 
 ObjectKey = tuple[str, str]
@@ -112,6 +114,7 @@ class PostgresBackend:
         self.nodes_seen: list[L.NodeRow] = []
         self._renewed_ms = 0
         self._claims = 0
+        self._faults: PgFaultStore | None = None
         self._rounds = 0
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
@@ -174,6 +177,9 @@ class PostgresBackend:
             self.address = address
 
     async def close(self) -> None:
+        faults, self._faults = self._faults, None
+        if faults is not None:
+            await faults.stop()
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -428,6 +434,18 @@ class PostgresBackend:
         return [{"node_id": r[0], "address": r[1], "started_ms": r[2], "renewed_ms": r[3],
                  "stopped_ms": r[4], "shards": int(r[5]),
                  "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
+
+    async def share_faults(self, registry: FaultRegistry) -> None:
+        """Make `registry` a mirror of the fleet's faults (kept until `close`): what it
+        holds now is written first, ids get this node's name."""
+        from alarmtop.core.faults import Fault
+        store = PgFaultStore(self._require_pool(), self.dsn, self.node_id)
+        registry.id_suffix = f"@{self.node_id}"
+        registry.sink = store
+        for fault in registry.list():
+            store.saved(Fault.from_dict(fault))
+        await store.start(registry)
+        self._faults = store
 
     async def claim_once(self, name: str, at_ms: int) -> bool:
         """Whether this node runs the fleet's one `name` at `at_ms` (a cron fire, say):

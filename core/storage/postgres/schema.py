@@ -144,6 +144,11 @@ MIGRATIONS: list[str] = [
         node_id TEXT NOT NULL,
         PRIMARY KEY (name, at_ms)
     );
+    CREATE TABLE {SCHEMA}.faults (
+        fault_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
     """,
 ]
 
