@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -39,6 +39,7 @@ from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
 from alarmtop.core.fleet_events import EventRing, FleetEvents
+from alarmtop.core.hooks import INCOMING, Hooks
 from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
@@ -120,6 +121,9 @@ class Runtime:
         sweep_interval: seconds between sweeps for overdue work and dead letters.
         keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
             first few); `AlarmStatus.attempt_count` counts them all.
+        plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
+            event, alarm attempt, execution invocation, operation and step attempt, and
+            operator command; `add_plugin()` adds more.
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -133,7 +137,8 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None) -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
+                 plugins: Iterable[Any] = ()) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -142,6 +147,7 @@ class Runtime:
         self.env = env
         self.retry_policy = retry_policy or RetryPolicy()
         self.events = EventBus(self.clock)
+        self.hooks = Hooks(plugins)
         self.faults = FaultRegistry(self.events, self.clock.now_ms)
         self.backend: StorageBackend = backend or SqliteBackend(self.data_dir)
         self._classes: dict[str, type[DurableObject]] = {}
@@ -156,6 +162,7 @@ class Runtime:
                                delete_all_preserves_alarm=delete_all_preserves_alarm)
         self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
                                            alarm_timeout)
+        self.host.hooks = self._dispatcher.hooks = self.hooks
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
         self.host.alarm_started = self.scheduler.running.get
@@ -197,7 +204,7 @@ class Runtime:
 
         engine = ExecutionEngine(store, self.events, self.faults, self.clock, rng,
                                  start_execution=start_execution,
-                                 call_execution=call_execution)
+                                 call_execution=call_execution, hooks=self.hooks)
         self.executions = Executions(engine, execution_stub, self.audit)
 
     # -- set-up ---------------------------------------------------------------------------
@@ -240,6 +247,12 @@ class Runtime:
                           retry_policy=RetryPolicy(max_retries=20, initial_delay_s=1.0,
                                                    max_delay_s=60.0))
         return fn
+
+    def add_plugin(self, plugin: Any) -> Any:
+        """Add a lifecycle hook plugin (see `alarmtop.core.hooks`), after those there are;
+        it hears what starts from now on. Returns it."""
+        self.hooks.add(plugin)
+        return plugin
 
     def registered_class(self, class_name: str) -> type[DurableObject] | None:
         """The class registered under `class_name` (None: none is), waking nothing."""
@@ -403,10 +416,17 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
-        # Another node may hold the object's shard: then it runs the call.
+        # Another node may hold the object's shard: then it runs the call, told what the
+        # plugins carry (say, the caller's trace) for its event.
+        extra: dict[str, Any] = {}
+        if self.hooks.plugins:
+            carried = self.hooks.propagation()
+            if carried is not None:
+                extra["propagation"] = carried
         return await self._router.route(
             (class_name, name), lambda: self._call_here(class_name, name, method, args, kwargs),
-            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs)
+            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs,
+            **extra)
 
     async def _call_here(self, class_name: str, name: str, method: str,
                          args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -432,6 +452,9 @@ class Runtime:
             if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
                 raise UnknownMethod(cls, method)
             await self._check_held(cls, name)
+            carried = request.get("propagation")
+            if isinstance(carried, dict) and self.hooks.plugins:
+                INCOMING.set({str(k): str(v) for k, v in carried.items()})
             return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
                                          dict(request.get("kwargs") or {}))
         if op == "operate":
@@ -533,7 +556,9 @@ class Runtime:
     def _kind(self, method: str, what: str) -> EventKind:
         kind = self._call_kinds.get(method)
         if kind is None:
-            kind = self._call_kinds[method] = Call("handling " + what.format(method))
+            event = "socket" if method in _RESERVED else "call"
+            kind = self._call_kinds[method] = Call("handling " + what.format(method), method,
+                                                   event)
         return kind
 
     # -- alarms ---------------------------------------------------------------------------
