@@ -5,6 +5,7 @@ servers on 127.0.0.1 and real WebSocket clients."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -13,7 +14,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import DurableObject, Runtime, VirtualClock
+from alarmtop.core.errors import InvalidArgument, UnknownSocket
 from alarmtop.core.fleet_sockets import CLOSE_MOVED, LINK_GONE, MOVED, NODE_GONE
+from alarmtop.core.nodes import NodeClient
 from alarmtop.core.sockets import HibernatableWebSocket
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
@@ -227,16 +230,27 @@ async def test_the_owner_stopping_closes_the_relayed_socket_and_a_takes_over(
     assert await recv(again) == "echo hi on a"
 
 
-async def test_the_shard_moving_closes_the_relayed_socket(
+async def test_the_shard_moving_closes_the_objects_sockets(
         node: NodeFactory, servers: Callable[..., Awaitable[OpsServer]],
         opener: Opener) -> None:
+    """Handed over to a, the object's sockets on b (relayed, and b's own) are closed
+    1012; a client reconnecting through b reaches it on a."""
     a, b, name = await fleet(node)
     key = ("Room", name)
-    ws = await opener(await servers(a), f"/objects/Room/{name}")
-    assert await recv(ws) == "welcome 1 on b"
-    await backend_of(b).hand_over([backend_of(b).shard_of(key)], "a")
-    assert await closed_with(ws) == (CLOSE_MOVED, MOVED)
-    await until(lambda: b.sockets.total() == 0, what="b forgetting the socket")
+    server_b = await servers(b)
+    via_a = await opener(await servers(a), f"/objects/Room/{name}")
+    assert await recv(via_a) == "welcome 1 on b"
+    on_b = await opener(server_b, f"/objects/Room/{name}")
+    assert await recv(on_b) == "welcome 2 on b"
+    shard = backend_of(b).shard_of(key)
+    await backend_of(b).hand_over([shard], "a")
+    assert await closed_with(via_a) == (CLOSE_MOVED, MOVED)
+    assert await closed_with(on_b) == (CLOSE_MOVED, MOVED)
+    await until(lambda: b.sockets.total() == 0, what="b forgetting the sockets")
+    assert await backend_of(a).claim_now(shard)  # a takes the shard it was offered
+    again = await opener(server_b, f"/objects/Room/{name}")
+    assert await recv(again) == "welcome 1 on a"
+    assert a.sockets.count(key) == 1 and b.sockets.total() == 0
 
 
 async def test_the_node_link_dropping_closes_both_sides(
@@ -278,3 +292,61 @@ async def test_refused_sockets_create_nothing_on_the_owner(
     second = await opener(server, f"/objects/Room/{name}")
     assert (await closed_with(second))[0] == 1013
     assert b.sockets.total() == 1
+
+
+async def test_the_owner_checks_what_it_is_relayed(node: NodeFactory) -> None:
+    """Malformed socket requests are refused with a clear error and register nothing;
+    a frame for a socket the owner does not hold says so."""
+    _a, b, name = await fleet(node)
+    backend = backend_of(b)
+    assert backend.address is not None
+    peer = NodeClient(backend.address, "tester", backend.cluster_secret)
+
+    def ignore(frame: dict[str, Any] | None) -> None:
+        pass
+    good = {"path": f"/objects/Room/{name}", "address": "127.0.0.1:1", "headers": {}}
+    try:
+        for fields, match in (
+                ({"cls": "Room", "name": name, "socket": "", "request": good}, "socket"),
+                ({"cls": "Room", "name": name, "socket": "r1", "request": {"path": 1}},
+                 "request is"),
+                ({"cls": "Counter", "name": name, "socket": "r1", "request": good},
+                 "takes no WebSockets")):
+            with pytest.raises(InvalidArgument, match=match):
+                await peer.open_stream("r1", ignore, "socket_open", timeout_s=5, **fields)
+        assert b.sockets.total() == 0 and ("Room", name) not in b.resident_objects()
+        await peer.open_stream("r1", ignore, "socket_open", timeout_s=5, cls="Room",
+                               name=name, socket="r1", request=good)
+        with pytest.raises(UnknownSocket):
+            await peer.request("socket_message", timeout_s=5, socket="nope", text="x")
+        with pytest.raises(InvalidArgument, match="code is"):
+            await peer.stream_request("r1", "socket_close", 5, socket="r1", code="x",
+                                      reason="", clean=True)
+        assert b.sockets.total() == 1
+        await peer.stream_request("r1", "socket_close", 5, socket="r1", code=1000,
+                                  reason="done", clean=True)
+        assert b.sockets.total() == 0
+    finally:
+        await peer.close()
+
+
+async def test_a_node_refuses_a_protocol_it_does_not_speak(node: NodeFactory) -> None:
+    _a, b, _name = await fleet(node)
+    backend = backend_of(b)
+    assert backend.address is not None
+    async with connect(backend.address) as conn:
+        await conn.send(json.dumps({"op": "hello", "secret": backend.cluster_secret,
+                                    "node": "future", "protocol": 99}))
+        code, reason = await closed_with(conn)
+        assert code == 1008 and reason is not None and "protocol 99" in reason
+    # A node of protocol 1 (no protocol in its hello) may call, but has no sockets.
+    async with connect(backend.address) as conn:
+        await conn.send(json.dumps({"op": "hello", "secret": backend.cluster_secret,
+                                    "node": "old"}))
+        await conn.send(json.dumps({"id": 1, "op": "socket_message", "socket": "r",
+                                    "text": "x"}))
+        reply = json.loads(await recv(conn))
+        assert reply["ok"] is False and "protocol 2" in reply["error"]["message"]
+        await conn.send("[1, 2]")
+        reply = json.loads(await recv(conn))
+        assert reply["ok"] is False and reply["error"]["type"] == "InvalidArgument"
