@@ -52,6 +52,11 @@ class Room(DurableObject):
             await ws.close(4000, "bye from the object")
         elif message == "boom":
             raise RuntimeError("the handler failed")
+        elif message == "bump":
+            count = int(await self.ctx.storage.get("count") or 0) + 1
+            await self.ctx.storage.put("count", count)
+            for member in self.ctx.get_web_sockets("member"):
+                await member.send(f"count {count}")
         elif message == "joined":
             await ws.send(f"joined {ws.deserialize_attachment()['joined_ms']}")
         else:
@@ -64,6 +69,9 @@ class Room(DurableObject):
 
     async def closes(self) -> list[list[Any]]:
         return list(await self.ctx.storage.get("closes") or [])
+
+    async def count(self) -> int:
+        return int(await self.ctx.storage.get("count") or 0)
 
     async def members(self) -> int:
         return len(self.ctx.get_web_sockets("member"))
@@ -350,3 +358,39 @@ async def test_a_node_refuses_a_protocol_it_does_not_speak(node: NodeFactory) ->
         await conn.send("[1, 2]")
         reply = json.loads(await recv(conn))
         assert reply["ok"] is False and reply["error"]["type"] == "InvalidArgument"
+
+
+async def test_one_event_at_a_time_across_the_nodes(
+        node: NodeFactory, servers: Callable[..., Awaitable[OpsServer]],
+        opener: Opener) -> None:
+    """Bumps from a socket through a and one on b, sent at once, run one at a time on
+    b: no count is lost or repeated, and both members see every count in order."""
+    a, b, name = await fleet(node)
+    via_a = await opener(await servers(a), f"/objects/Room/{name}")
+    on_b = await opener(await servers(b), f"/objects/Room/{name}")
+    assert (await recv(via_a)).startswith("welcome") and (await recv(on_b)).startswith(
+        "welcome")
+    n = 20
+    await asyncio.gather(*(ws.send("bump") for ws in (via_a, on_b) for _ in range(n)))
+    for ws in (via_a, on_b):
+        assert [await recv(ws) for _ in range(2 * n)] == [f"count {i}"
+                                                          for i in range(1, 2 * n + 1)]
+
+
+async def test_the_edge_paces_a_relayed_socket(
+        node: NodeFactory, servers: Callable[..., Awaitable[OpsServer]],
+        opener: Opener) -> None:
+    """Past a's rate limit the client is closed 1008 at a; b ran at most the burst."""
+    a, b, name = await fleet(node)
+    server = await servers(a, object_sockets=ObjectSocketLimits(rate_per_s=0.1, burst=3))
+    ws = await opener(server, f"/objects/Room/{name}")
+    assert await recv(ws) == "welcome 1 on b"
+    for _ in range(10):
+        try:
+            await ws.send("bump")
+        except ConnectionClosed:
+            break
+    code, _reason = await closed_with(ws)
+    assert code == 1008
+    await until(lambda: b.sockets.total() == 0, what="b forgetting the socket")
+    assert 1 <= int(await a.get("Room", name).count()) <= 3
