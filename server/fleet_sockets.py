@@ -44,11 +44,12 @@ class RelayedSocket:
         self._frames: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._writer: asyncio.Task[None] | None = None
         self._ended = False  # the owner forgot the socket, or the link to it is gone
+        self._closing = False  # a close is queued for the client: nothing after it goes
 
     async def open(self, peer: NodeClient) -> dict[str, Any]:
         """Open the socket on `peer` (its web_socket_connect runs there): the owner's
         answer, {"accepted": bool}. Raises what the object's handler raised."""
-        self.peer, self._frames = peer, asyncio.Queue()
+        self.peer, self._frames, self._closing = peer, asyncio.Queue(), False
         answer = await peer.open_stream(self.ref, self._take, "socket_open", cls=self._cls,
                                         name=self._name, socket=self.ref,
                                         request=self._request)
@@ -66,18 +67,25 @@ class RelayedSocket:
         node connection's reader, which must never wait: queued for the writer."""
         if frame is None:
             self._ended = True
-            self._frames.put_nowait(("close", (CLOSE_MOVED, NODE_GONE)))
+            self._close(CLOSE_MOVED, NODE_GONE)
+        elif self._closing:
+            return
         elif self._frames.qsize() >= MAX_QUEUED:
-            self._frames.put_nowait(("close", (CLOSE_POLICY, f"the client reads too slowly "
-                                               f"({MAX_QUEUED} messages waiting)")))
+            self._close(CLOSE_POLICY, f"the client reads too slowly ({MAX_QUEUED} messages "
+                                      "waiting)")
         elif isinstance(frame.get("send"), str):
             self._frames.put_nowait(("send", frame["send"]))
         elif isinstance(frame.get("close"), list) and len(frame["close"]) == 2:
             code, reason = frame["close"]
-            self._frames.put_nowait(("close", (_code(code), str(reason))))
+            self._close(_code(code), str(reason))
         else:
             log.warning("a frame the owner of %s/%s pushed was not understood: %.80r",
                         self._cls, self._name, frame)
+
+    def _close(self, code: int, reason: str) -> None:
+        if not self._closing:
+            self._closing = True
+            self._frames.put_nowait(("close", (code, reason)))
 
     async def _write(self) -> None:
         """The owner's output, to the client, in order; ends with the first close."""
@@ -101,22 +109,23 @@ class RelayedSocket:
                                                text=text)
         reply = reply if isinstance(reply, dict) else {}
         if isinstance(reply.get("auto"), str):
-            self._frames.put_nowait(("send", reply["auto"]))
+            if not self._closing:
+                self._frames.put_nowait(("send", reply["auto"]))
         elif isinstance(reply.get("closed"), list) and len(reply["closed"]) == 2:
             self._ended = True  # the owner ended it (the handler failed, or it moved)
             code, reason = reply["closed"]
-            self._frames.put_nowait(("close", (_code(code), str(reason))))
+            self._close(_code(code), str(reason))
 
     async def fail(self, exc: Exception) -> tuple[int, str]:
         """Relaying a message failed here (the owner went away, forgot the socket):
         the client is closed so it reconnects."""
         if isinstance(exc, NodeUnreachable | UnknownSocket):
+            self._ended = True  # the owner holds nothing of it any more
             code, reason = CLOSE_MOVED, NODE_GONE
-        else:
+        else:  # the owner may still hold it: `end` tells it
             log.warning("relaying a message to %s/%s failed: %s", self._cls, self._name, exc)
             code, reason = 1011, str(exc)
-        self._ended = True
-        self._frames.put_nowait(("close", (code, reason)))
+        self._close(code, reason)
         return code, reason
 
     async def end(self, code: int, reason: str, clean: bool) -> None:
