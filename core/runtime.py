@@ -437,10 +437,6 @@ class Runtime:
         op = request.get("op")
         if op in SOCKET_OPS and self._owned_sockets is not None:
             return await self._owned_sockets.serve(str(op), request, link)
-        if not self.running and op in ("call", "operate"):
-            # Stopping: its shards are about to be handed over. Nothing ran, so the
-            # caller asks again and reaches the next owner.
-            raise ShardMoved("this node is stopping; nothing ran here")
         self._check_running()
         if op == "call":
             cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])
