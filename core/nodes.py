@@ -256,7 +256,11 @@ class NodeClient:
                 if "id" not in reply and "socket" in reply:
                     stream = self._streams.get(str(reply["socket"]))
                     if stream is not None and stream[0] is conn:
-                        stream[1](reply)
+                        try:
+                            stream[1](reply)
+                        except Exception:  # one socket's fault must not end the link
+                            log.exception("a frame relayed from %s was not delivered",
+                                          self.address)
                     continue
                 fut = self._pending.pop(reply.get("id"), None)
                 if fut is not None and not fut.done():
