@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
@@ -39,8 +39,9 @@ from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
 from alarmtop.core.fleet_events import EventRing, FleetEvents
+from alarmtop.core.fleet_sockets import SOCKET_OPS, OwnedSockets
 from alarmtop.core.hooks import INCOMING, Hooks
-from alarmtop.core.nodes import NodeServer
+from alarmtop.core.nodes import NodeClient, NodeLink, NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
@@ -54,6 +55,7 @@ _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web
 MAX_NAME_LENGTH = 256
 STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
 log = logging.getLogger("alarmtop.runtime")
+T = TypeVar("T")
 
 
 def check_object_name(name: Any) -> str:
@@ -176,6 +178,7 @@ class Runtime:
         self.running = False
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
+        self._owned_sockets: OwnedSockets | None = None  # relayed here by other nodes
         self._event_ring: EventRing | None = None
         self._ring_keeper: asyncio.Task[None] | None = None
         self._node_host = node_host
@@ -300,8 +303,10 @@ class Runtime:
         backend = self.backend
         if isinstance(backend, FleetBackend):
             host = self._node_host or getattr(backend, "node_host", None) or "127.0.0.1"
+            self._owned_sockets = OwnedSockets(self)
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
-                                           self._serve_node, host=host)
+                                           self._serve_node, host=host,
+                                           link_closed=self._owned_sockets.link_lost)
             await self._node_server.start()
             backend.bind(self._shards_changed, self._node_server.address, self._drain_shards)
         try:
@@ -372,7 +377,13 @@ class Runtime:
                     "(as after a crash, the next start recovers them)", what)
 
     async def _stop_node(self) -> None:
-        """No more calls to or from other nodes."""
+        """No more calls to or from other nodes. The objects' sockets are closed first,
+        while the node connections still carry the closes of those relayed here: their
+        clients reconnect to the shards' next owners."""
+        owned = self._owned_sockets
+        if owned is not None:
+            await owned.close_moved(lambda key: True)
+            await owned.stop()
         keeper, self._ring_keeper = self._ring_keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -441,10 +452,12 @@ class Runtime:
 
     # -- the fleet ------------------------------------------------------------------------
 
-    async def _serve_node(self, request: dict[str, Any]) -> Any:
+    async def _serve_node(self, request: dict[str, Any], link: NodeLink) -> Any:
         """Another node forwards an object's event here, where its shard is held."""
-        self._check_running()
         op = request.get("op")
+        if op in SOCKET_OPS and self._owned_sockets is not None:
+            return await self._owned_sockets.serve(str(op), request, link)
+        self._check_running()
         if op == "call":
             cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])
             self._class_name(cls)
@@ -527,6 +540,8 @@ class Runtime:
     async def _follow_shards(self, gained: bool,
                              lost: Callable[[tuple[str, str]], bool] | None) -> None:
         if lost is not None:
+            if self._owned_sockets is not None:
+                await self._owned_sockets.close_moved(lost)
             self.scheduler.forget(lost)
             await self.host.release(lost)
         if gained:
@@ -538,6 +553,20 @@ class Runtime:
             return await self.backend.nodes()
         return [{"node_id": getattr(self.backend, "node_id", "local"), "address": None,
                  "shards": None, "up": True}]
+
+    async def socket_route(self, class_name: str, name: str,
+                           there: Callable[[NodeClient], Coroutine[Any, Any, T]]) -> T | None:
+        """Where an object socket's events run: None when on this node, else what
+        `there(owner)` answered (it opens the socket on the node holding the object's
+        shard, `core/fleet_sockets.py`). Asked again, as calls are, while nothing ran:
+        the owner was down or the shard moved."""
+        self._check_running()
+        key = (self._class_name(class_name), check_object_name(name))
+
+        async def here() -> None:
+            return None
+        result: T | None = await self._router.route_with(key, here, there)
+        return result
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
