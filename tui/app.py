@@ -49,6 +49,7 @@ from alarmtop.tui.screens.lists import (
     HelpScreen,
     ObjectsScreen,
 )
+from alarmtop.tui.screens.nodes import NodesScreen
 from alarmtop.tui.screens.overview import OverviewScreen
 from alarmtop.tui.screens.target import TargetScreen
 from alarmtop.tui.screens.timers import TimersScreen
@@ -97,6 +98,7 @@ class AlarmtopApp(App[None]):
         "overview": OverviewScreen, "alarms": AlarmsScreen, "executions": ExecutionsScreen,
         "objects": ObjectsScreen, "dead": DeadLettersScreen, "faults": FaultsScreen,
         "audit": AuditScreen, "events": EventsScreen, "timers": TimersScreen,
+        "nodes": NodesScreen,
     }
     DEFAULT_MODE = "overview"
     # Below 120 columns a view's detail pane goes under its table (alarmtop.tcss) and the
@@ -113,6 +115,8 @@ class AlarmtopApp(App[None]):
         Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
         Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
         Binding("9", "switch_mode('timers')", "Timers", show=False, id="view-timers"),
+        Binding("0", "switch_mode('nodes')", "Nodes", show=False, id="view-nodes",
+                tooltip="The fleet's nodes: up or down, shards owned, last renewal"),
         # Shown at the right end of every footer (widgets/footer.py), never scrolled away.
         Binding("question_mark", "help", "Help", tooltip="Every key and what it does",
                 id="help", show=False),

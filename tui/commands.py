@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 VIEWS = [("overview", "Overview", "1"), ("alarms", "Alarms", "2"),
          ("executions", "Executions", "3"), ("objects", "Objects", "4"),
          ("dead", "Dead letters", "5"), ("faults", "Faults", "6"), ("audit", "Audit log", "7"),
-         ("events", "Event log", "8"), ("timers", "Timers board", "9")]
+         ("events", "Event log", "8"), ("timers", "Timers board", "9"),
+         ("nodes", "Nodes", "0")]
 # action: (title with {alarm} / {execution} / {fault}, help)
 ACTIONS: dict[str, tuple[str, str]] = {
     "rearm": ("Re-arm {alarm}", "A fresh retry ladder, first attempt now"),
