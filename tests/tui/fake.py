@@ -182,8 +182,9 @@ def _history(*entries: tuple[str, str]) -> list[dict[str, Any]]:
     ids: dict[str, str] = {}  # each operation's id, in the order it first appears
     for kind, name in entries:
         ev: dict[str, Any] = {"EventId": len(out) + 1, "EventType": kind, "Name": name,
-                              "Id": ids.setdefault(name, str(len(ids) + 1)),
                               "EventTimestamp": stamp(NOW - 60 * S + 250 * len(out))}
+        if name and not kind.startswith(("Execution", "Invocation")):
+            ev["Id"] = ids.setdefault(name, str(len(ids) + 1))
         if kind == "StepFailed":
             ev["StepFailedDetails"] = {
                 "Error": {"Payload": {"ErrorType": "alarmtop.core.faults.InjectedFault",
