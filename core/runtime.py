@@ -202,6 +202,8 @@ class Runtime:
                                  start_execution=start_execution,
                                  call_execution=call_execution)
         self.executions = Executions(engine, execution_stub, self.audit)
+        from alarmtop.core.bulk.service import BulkService
+        self.bulk = BulkService(self)  # bulk actions, durable batches (core/bulk)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -307,6 +309,7 @@ class Runtime:
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
         self.host.start()
         self._cron.start()
+        await self.bulk.resume_open()  # batches a stop or a crash left open run on
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
         """Stop firing, hibernate every object, close storage: within `grace_s` seconds
@@ -633,6 +636,14 @@ class Runtime:
                 assert by_ms is not None
                 new = await sched.snooze(rec, by_ms, reason)
         return self._status(new if new is not None else rec)
+
+    async def timers(self, limit: int = 100, after: Any = None) -> dict[str, Any]:
+        """The timers board: every pending alarm (paused ones too), execution wait,
+        callback deadline and retry, soonest first, overdue ones flagged; `rows`,
+        `next` (pass it as `after` for the next page) and `now_ms` (see `core.board`)."""
+        self._check_running()
+        from alarmtop.core.board import timers
+        return await timers(self, limit, after)
 
     async def sweep(self) -> int:
         """Run the sweeper now; returns how many overdue alarms it re-queued."""

@@ -87,9 +87,9 @@ class OperatorStore(Protocol):
         ...
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False) -> OpWrite:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> OpWrite:
         """The batch's end (or `cancelling`): items never started are cancelled with it
-        when `cancel_left`."""
+        when `cancel_left`; `audit` rows (the batch's own entry) land with it."""
         ...
 
     def submit(self, write: OpWrite) -> asyncio.Future[None]: ...

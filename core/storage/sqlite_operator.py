@@ -230,10 +230,12 @@ class SqliteOperatorStore:
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False) -> WriteFn:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> WriteFn:
         ended = None if status in BATCH_OPEN else now_ms
+        with_audit = self.items_write(batch_id, (), now_ms, audit)
 
         def write(conn: sqlite3.Connection) -> None:
+            with_audit(conn)
             n = 0
             if cancel_left:
                 n = conn.execute("UPDATE bulk_items SET status = 'cancelled' WHERE batch_id = "

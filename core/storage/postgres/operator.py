@@ -245,8 +245,10 @@ class PgOperatorStore:
                       for e in audit]
 
         async def write(conn: PgConn) -> None:
-            await conn.executemany(f"UPDATE {SCHEMA}.bulk_items SET status = $1, error = $2, "
-                                   "detail = $3 WHERE batch_id = $4 AND seq = $5", rows)
+            if rows:
+                await conn.executemany(f"UPDATE {SCHEMA}.bulk_items SET status = $1, "
+                                       "error = $2, detail = $3 WHERE batch_id = $4 AND "
+                                       "seq = $5", rows)
             if done or failed:
                 await conn.execute(f"UPDATE {SCHEMA}.bulk_batches SET done = done + $1, "
                                    "failed = failed + $2, updated_ms = $3 WHERE id = $4",
@@ -258,10 +260,12 @@ class PgOperatorStore:
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False) -> PgWrite:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> PgWrite:
         ended = None if status in BATCH_OPEN else now_ms
+        with_audit = self.items_write(batch_id, (), now_ms, audit)
 
         async def write(conn: PgConn) -> None:
+            await with_audit(conn)
             n = 0
             if cancel_left:
                 res = await conn.execute(f"UPDATE {SCHEMA}.bulk_items SET status = 'cancelled' "
