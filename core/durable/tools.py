@@ -217,6 +217,10 @@ class OperatorTools:
 
     # -- timers ---------------------------------------------------------------------------
 
+    def engine_stub(self, execution_id: str) -> Any:
+        """The execution's object, for a caller that audits the action itself."""
+        return self._stub(execution_id)
+
     async def move_timer(self, execution_id: str, op_id: str | None, kind: str, *,
                          due_ms: int | None = None, by_ms: int | None = None,
                          reason: str | None = None, actor: str = "api",
