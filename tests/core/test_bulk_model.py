@@ -62,7 +62,7 @@ def test_requests() -> None:
         kind_of("clear_faults")
     with pytest.raises(InvalidArgument, match="not an action on alarms"):
         plan_start("redrive", selection={"kind": "alarms"})
-    with pytest.raises(InvalidArgument, match="at_ms .* is for rearm only"):
+    with pytest.raises(InvalidArgument, match=r"at_ms .* is for rearm only"):
         plan_start("fire_now", keys=["A/x"], at_ms=5)
     with pytest.raises(InvalidArgument, match="1-100,000"):
         plan_start("rearm", keys=[])
