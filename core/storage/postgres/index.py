@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import LeaseLost, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.postgres.failures import storage_error
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -368,7 +369,4 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _storage_error(exc: BaseException, path: str) -> StorageError:
-    if isinstance(exc, StorageError):
-        return exc
-    return StorageError(f"the runtime database (PostgreSQL) failed: {type(exc).__name__}: "
-                        f"{exc}", path)
+    return storage_error(exc, path, "the runtime database's read or write")
