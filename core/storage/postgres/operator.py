@@ -2,7 +2,7 @@
 batches (as `sqlite_operator` on SQLite; `operator_store.OperatorStore` says why
 writes ride the alarm index's group commit).
 
-Tables of schema migration 6: the alarm rows' `paused_ms`, `bulk_batches` and
+Tables of its schema migration: the alarm rows' `paused_ms`, `bulk_batches` and
 `bulk_items`. A batch belongs to the node that runs it (`node`); a node that starts
 takes over the open batches of nodes that no longer hold a lease (`claim_batch`).
 """
