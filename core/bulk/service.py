@@ -244,8 +244,11 @@ class BulkService:
     async def resume_open(self) -> None:
         """At start: run on every batch left open (by a stop, a crash or another node)."""
         node = _node_id(self.rt)
+        # A batch belongs to the node that runs it while that node is up; one left by a
+        # node that is gone (a restart of this one included) is taken over.
+        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")} - {node}
         for row in await self.store.open_batches():
-            if row["id"] in self._runners:
+            if row["id"] in self._runners or row.get("node") in up:
                 continue
             if await self.store.claim_batch(row["id"], node, row.get("node")):
                 self._spawn(row)
