@@ -103,3 +103,29 @@ async def test_pause_snooze_and_the_board_over_the_wire(
     actions = [(r["action"], r["ok"]) for r in await rt.audit.list(limit=50)]
     assert ("pause_alarm", True) in actions and ("fire_timer", False) in actions
     assert ("snooze_alarm", True) in actions
+
+
+async def test_fire_and_snooze_an_execution_timer_from_the_board(
+        make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
+    from alarmtop.server.operator_ops import OperatorTools
+    from tests.core.test_bulk import board_flow
+    rt = await make_runtime()
+    rt.register_execution(board_flow)
+    await rt.executions.start("board_flow", None, execution_id="w1")
+    await clock.advance(0.01)
+    tools = OperatorTools(rt)
+    who = ("10.0.0.9:4000", "operator")
+    (row,) = (await tools.run("timers", {}, *who))["rows"]
+    assert (row["kind"], row["target"]) == ("wait", "w1")
+    moved = await tools.run("snooze_timer", {"key": row["key"], "by_ms": 60_000}, *who)
+    assert moved["due_ms"] == row["due_ms"] + 60_000
+    (row,) = (await tools.run("timers", {}, *who))["rows"]
+    await tools.run("fire_timer", {"key": row["key"]}, *who)
+    await clock.advance(0.01)
+    (row,) = (await tools.run("timers", {}, *who))["rows"]
+    assert row["kind"] == "callback_timeout"  # the wait fired: on to the callback
+    with pytest.raises(Exception, match="board row's `key`"):
+        await tools.run("fire_timer", {"key": ["nope"]}, *who)
+    rows = [(r["action"], r["ok"], r["target"]) for r in await rt.audit.list(limit=50)]
+    assert ("snooze_timer", True, "w1") in rows and ("fire_timer", True, "w1") in rows
+    assert ("fire_timer", False, None) in rows
