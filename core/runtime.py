@@ -527,7 +527,8 @@ class Runtime:
         """The fleet's nodes (one, on a backend that is not shared)."""
         if isinstance(self.backend, FleetBackend):
             return await self.backend.nodes()
-        return [{"node_id": "local", "address": None, "shards": None, "up": True}]
+        return [{"node_id": getattr(self.backend, "node_id", "local"), "address": None,
+                 "shards": None, "up": True}]
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:

@@ -121,6 +121,6 @@ def operator_store_of(backend: Any) -> OperatorStore:
     index = backend.alarm_index
     if isinstance(index, SqliteAlarmIndex):
         from alarmtop.core.storage.sqlite_operator import SqliteOperatorStore
-        return SqliteOperatorStore(index)
+        return SqliteOperatorStore(index, getattr(backend.execution_store, "node_id", None))
     from alarmtop.core.storage.postgres.operator import PgOperatorStore
     return PgOperatorStore(backend)

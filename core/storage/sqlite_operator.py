@@ -94,8 +94,9 @@ def batch_of_row(row: Sequence[Any]) -> dict[str, Any]:
 class SqliteOperatorStore:
     """`OperatorStore` on the runtime database of the SQLite backend."""
 
-    def __init__(self, db: SqliteAlarmIndex) -> None:
+    def __init__(self, db: SqliteAlarmIndex, node_id: str | None = None) -> None:
         self._db = db
+        self.node_id = node_id  # in every audit row it writes, as the execution store does
 
     # -- alarms ---------------------------------------------------------------------------
 
@@ -216,7 +217,7 @@ class SqliteOperatorStore:
         failed = sum(1 for o in outcomes if o.status == "failed")
         audit_rows = [(e["at_ms"], e["actor"], e.get("role"), e["action"], e.get("target"),
                        e.get("reason"), 1 if e.get("ok", True) else 0,
-                       _dumps(e.get("detail"))) for e in audit]
+                       _dumps(e.get("detail")), self.node_id) for e in audit]
 
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany("UPDATE bulk_items SET status = ?, error = ?, detail = ? WHERE "
@@ -226,7 +227,8 @@ class SqliteOperatorStore:
                              "updated_ms = ? WHERE id = ?", (done, failed, now_ms, batch_id))
             if audit_rows:
                 conn.executemany("INSERT INTO audit (at_ms, actor, role, action, target, "
-                                 "reason, ok, detail) VALUES (?,?,?,?,?,?,?,?)", audit_rows)
+                                 "reason, ok, detail, node) VALUES (?,?,?,?,?,?,?,?,?)",
+                                 audit_rows)
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,

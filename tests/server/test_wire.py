@@ -44,13 +44,14 @@ REQUIRED: dict[str, set[str]] = {
     "fire_timer": {"key"}, "snooze_timer": {"key", "by_ms"}, "bulk_preview": {"selection"},
     "bulk_start": {"action"}, "bulk_cancel": {"batch_id"}, "timers": set(),
     "bulk": {"batch_id"}, "bulks": set(),
+    "nodes": set(),  # the fleet (DESIGN section 10)
 }
 TOOL_OPERATOR_OPS = {"pause", "resume", "redrive", "fork", "complete_callback",
                      "pause_alarm", "resume_alarm", "snooze_alarm", "fire_timer",
                      "snooze_timer", "bulk_preview", "bulk_start", "bulk_cancel"}
 DESIGN_OPERATOR_OPS = {"rearm", "fire_now", "inject_fault", "clear_fault", "send_callback",
                        "retry_compensation", "resolve", "abort", "hand_to_human"}
-DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit"}
+DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit", "nodes"}
 
 # A valid value, and values of the wrong type, for each declared field type.
 GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True,
