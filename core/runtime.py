@@ -452,10 +452,11 @@ class Runtime:
 
     # -- the fleet ------------------------------------------------------------------------
 
-    async def _serve_node(self, request: dict[str, Any], link: NodeLink) -> Any:
-        """Another node forwards an object's event here, where its shard is held."""
+    async def _serve_node(self, request: dict[str, Any], link: NodeLink | None = None) -> Any:
+        """Another node forwards an object's event here, where its shard is held
+        (`link`: the connection it came on, which a socket's frames go back over)."""
         op = request.get("op")
-        if op in SOCKET_OPS and self._owned_sockets is not None:
+        if op in SOCKET_OPS and self._owned_sockets is not None and link is not None:
             return await self._owned_sockets.serve(str(op), request, link)
         self._check_running()
         if op == "call":
