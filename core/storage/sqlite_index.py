@@ -7,6 +7,11 @@ alarm would cap firing at the fsync rate; a shared commit does not.
 The committer runs on the database thread itself and takes the queue from there:
 no task on the event loop relays between writers and the thread, so a lone writer
 (a sequential execution, one step after another) pays one thread hop each way.
+
+The counts an operator watches (alarms by state, retries, executions by status,
+objects) are kept by triggers in the transaction of each write (migration 4), and
+read back after each commit: `counters()` costs no I/O. Listings run on a second,
+read-only connection (`sqlite_reads`), never on this thread.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from urllib.parse import quote
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
+from alarmtop.core.storage import sqlite_reads as R
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.files import create_private, make_dirs
+from alarmtop.core.storage.interface import Counts, ObjectEntry
+from alarmtop.core.storage.keys import Cursor, alarm_urgency
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
@@ -34,11 +42,20 @@ _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "async
 
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
             "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count")
-# `due_ms` is written with every row (the record's `due_ms`): what the due index orders.
-_UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-_URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
-            "ELSE 3 END")
+# `due_ms` is written with every row (the record's `due_ms`): what the due index orders;
+# `urgency` too (keys.alarm_urgency): what the console's listing orders.
+# An UPSERT, not INSERT OR REPLACE: a replace deletes the old row without its DELETE
+# trigger, and the counters' triggers must see the old row's state go.
+_UPSERT = (f"INSERT INTO alarms ({_COLUMNS}, due_ms, urgency) "
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (object_class, object_name) "
+           "DO UPDATE SET " + ", ".join(
+               f"{c} = excluded.{c}" for c in (*_COLUMNS.split(", ")[2:], "due_ms", "urgency")))
+# keys.alarm_urgency in SQL, for rows salvaged from a file older than the column.
+URGENCY_SQL = ("(CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
+               "ELSE 3 END) * 1152921504606846976 "
+               "+ (16383 - min(max(retry_count, 0), 16383)) * 70368744177664 "
+               "+ (CASE WHEN next_attempt_ms IS NULL THEN 0 "
+               "ELSE min(max(next_attempt_ms + 35184372088832, 1), 70368744177663) END)")
 MAX_BATCH = 20_000
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for a lock another connection holds
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
@@ -81,7 +98,7 @@ def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
             rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms,
             rec.gen, rec.hint_ms, rec.hint_gen, 1 if rec.in_file else 0, rec.attempt_count,
-            rec.due_ms)
+            rec.due_ms, alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms))
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
@@ -106,6 +123,11 @@ class SqliteAlarmIndex:
         self._lock = threading.Lock()
         self._queue: list[_Entry] = []
         self._draining = False
+        # The counters table as of the last commit (replaced whole by the database
+        # thread after each one), and its parse (made on demand, on the loop).
+        self._counter_rows: list[tuple[Any, ...]] = []
+        self._parsed: tuple[list[tuple[Any, ...]], Counts] | None = None
+        self._reader = R.ReadConnection(path, busy_timeout_s, self._error)
 
     async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
@@ -147,6 +169,7 @@ class SqliteAlarmIndex:
                         "SqliteBackend(data_dir, on_corrupt_index='quarantine') to move it "
                         "aside, salvage what is readable and carry on", str(self.path))
             migrate(conn, RUNTIME_MIGRATIONS)
+            self._counter_rows = R.read_counters(conn)
         except (sqlite3.DatabaseError, StorageError) as exc:
             if conn is not None:
                 conn.close()
@@ -169,8 +192,8 @@ class SqliteAlarmIndex:
             for table in SALVAGE_TABLES:
                 rows: list[tuple[Any, ...]] = []
                 try:
-                    cur = old.execute(f"SELECT * FROM {table}")
-                    columns = [d[0] for d in cur.description]
+                    columns = self._salvaged_columns(old, table)
+                    cur = old.execute(f"SELECT {', '.join(columns)} FROM {table}")
                     for row in cur:  # keep what was read before a damaged page
                         rows.append(tuple(row))
                 except sqlite3.Error as exc:
@@ -190,9 +213,21 @@ class SqliteAlarmIndex:
                     out[f"{table}_error"] = str(exc)
                     rows = []
                 out[table] = len(rows)
+            # Rows from a file older than the urgency column came without it.
+            conn.execute(f"UPDATE alarms SET urgency = {URGENCY_SQL}")
+            self._counter_rows = R.read_counters(conn)
         finally:
             old.close()
         return out
+
+    def _salvaged_columns(self, old: sqlite3.Connection, table: str) -> list[str]:
+        """The columns of `table` in the damaged file that this one can take: a column
+        this file computes itself (generated) or does not have is left out."""
+        have = [d[0] for d in old.execute(f"SELECT * FROM {table} LIMIT 0").description]
+        # table_xinfo's `hidden`: 0 a column, 2 and 3 generated (virtual, stored).
+        writable = {r[1] for r in self.conn.execute(f"PRAGMA table_xinfo({table})")
+                    if r[6] == 0}
+        return [c for c in have if c in writable]
 
     async def salvage_from(self, source: Path) -> dict[str, Any]:
         """Salvage the readable rows of a quarantined runtime database into this one
@@ -202,6 +237,7 @@ class SqliteAlarmIndex:
     async def open(self) -> None:
         await asyncio.to_thread(make_dirs, self.path.parent)
         await self._run(self._connect)
+        await self._reader.open()
         self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
@@ -214,6 +250,7 @@ class SqliteAlarmIndex:
             if not fut.done():
                 fut.set_exception(StorageError("the runtime database was closed before this "
                                                "write was made", str(self.path)))
+        await self._reader.close()
         if self._conn is not None:
             await self._run(self._conn.close)
             self._conn = None
@@ -331,6 +368,9 @@ class SqliteAlarmIndex:
             for fn in extras:
                 fn(conn)
             conn.execute("COMMIT")
+            # Read back what the triggers counted (a page of a few dozen rows): readers
+            # of `counters()` then see every write whose future has completed.
+            self._counter_rows = R.read_counters(conn)
         except BaseException:
             # A failed COMMIT (disk full) may already have rolled back: a second
             # ROLLBACK would replace the real error with "no transaction is active".
@@ -375,47 +415,56 @@ class SqliteAlarmIndex:
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
-        where, params = self._filters(state, contains)
-        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms {where} ORDER BY "
-                               f"{_URGENCY}, retry_count DESC, next_attempt_ms, object_class, "
-                               "object_name LIMIT ? OFFSET ?", (*params, limit, offset))
+        return await self.alarm_page(None, limit, offset=offset, state=state,
+                                     contains=contains)
+
+    async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
+                         offset: int = 0, state: str | None = None,
+                         contains: str | None = None, order: str = "urgency",
+                         desc: bool = False) -> list[AlarmRecord]:
+        rows = await self._reader.run(lambda conn: R.alarm_page(
+            conn, _COLUMNS, after, limit, offset=offset, state=state, contains=contains,
+            order=order, desc=desc))
+        return [_from_row(r) for r in rows]
 
     async def count(self, state: str | None = None, contains: str | None = None) -> int:
-        where, params = self._filters(state, contains)
-        rows = await self._run(lambda: self.conn.execute(
-            f"SELECT count(*) FROM alarms {where}", params).fetchall())
-        return int(rows[0][0])
-
-    @staticmethod
-    def _filters(state: str | None, contains: str | None) -> tuple[str, list[Any]]:
-        terms, params = [], []
-        if state:
-            terms.append("state = ?")
-            params.append(state)
         if contains:
-            # instr() rather than LIKE: '%' and '_' in a filter are plain characters.
-            terms.append("instr(object_class || '/' || object_name, ?) > 0")
-            params.append(contains)
-        return ("WHERE " + " AND ".join(terms) if terms else ""), params
+            return await self._reader.run(lambda conn: R.alarm_count(conn, state, contains))
+        alarms = self.counters().alarms
+        return alarms.get(state, 0) if state else sum(alarms.values())
 
-    def _counts(self) -> dict[str, int]:
-        rows = self.conn.execute("SELECT state, count(*) FROM alarms GROUP BY state").fetchall()
-        counts = {s.value: 0 for s in AlarmState}
-        counts.update({state: n for state, n in rows})
-        return counts
+    def counters(self) -> Counts:
+        rows, parsed = self._counter_rows, self._parsed
+        if parsed is None or parsed[0] is not rows:
+            parsed = self._parsed = (rows, R.parse_counters(rows))
+        return parsed[1]
+
+    async def recount(self) -> Counts:
+        return await self._reader.run(R.recount)
 
     async def counts(self) -> dict[str, int]:
-        return await self._run(self._counts)
+        counts = {s.value: 0 for s in AlarmState}
+        counts.update(self.counters().alarms)
+        return counts
 
     async def retry_counts(self) -> list[tuple[str, int, int]]:
         """(class, retry count, how many) over alarms retrying or running a retry."""
-        def read(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
-            rows = conn.execute(
-                "SELECT object_class, retry_count, count(*) FROM alarms WHERE state IN "
-                "('retrying', 'running') AND retry_count > 0 GROUP BY object_class, "
-                "retry_count").fetchall()
-            return [(c, int(r), int(n)) for c, r, n in rows]
-        return await self.read(read)
+        return [(cls, retries, n) for (cls, retries), n in self.counters().retries.items()]
+
+    async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
+                          offset: int = 0, contains: str | None = None,
+                          desc: bool = False) -> list[ObjectEntry]:
+        return await self._reader.run(lambda conn: R.object_page(
+            conn, after, limit, offset=offset, contains=contains, desc=desc))
+
+    async def count_known(self, contains: str | None = None) -> int:
+        if contains:
+            return await self._reader.run(lambda conn: R.known_count(conn, contains))
+        return self.counters().known
+
+    async def read_only(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a listing on the read connection (never the writer's thread)."""
+        return await self._reader.run(fn)
 
     # -- objects that have a database -----------------------------------------------------
 
@@ -439,9 +488,7 @@ class SqliteAlarmIndex:
         return await self.read(read)
 
     async def count_objects(self) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("SELECT count(*) FROM objects").fetchone()[0])
-        return await self.read(read)
+        return self.counters().stored
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:
@@ -454,7 +501,7 @@ class SqliteAlarmIndex:
                                 "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
                                 (*params, limit, offset)).fetchall()
             return [(r[0], r[1]) for r in rows]
-        return await self.read(read)
+        return await self.read_only(read)
 
     # -- one-off upgrades of data written by older versions --------------------------------
 
@@ -474,6 +521,7 @@ class SqliteAlarmIndex:
                 conn.execute("UPDATE upgrades SET at_ms = ? WHERE name = ?",
                              (time.time_ns() // 1_000_000, name))
                 conn.execute("COMMIT")
+                self._counter_rows = R.read_counters(conn)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
