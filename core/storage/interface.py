@@ -207,6 +207,10 @@ class AlarmIndex(Protocol):
         """How many objects `object_page` lists (the counter without a text)."""
         ...
 
+    async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
+        """Which of `keys` `object_page` lists (point lookups)."""
+        ...
+
     def object_write(self, key: AlarmKey, file: str, at_ms: int) -> ExtraWrite:
         """A write that lists an object about to get a database."""
         ...

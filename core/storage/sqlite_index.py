@@ -462,6 +462,12 @@ class SqliteAlarmIndex:
             return await self._reader.run(lambda conn: R.known_count(conn, contains))
         return self.counters().known
 
+    async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
+        keys = list(keys)
+        if not keys:
+            return set()
+        return await self._reader.run(lambda conn: R.known_among(conn, keys))
+
     async def read_only(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a listing on the read connection (never the writer's thread)."""
         return await self._reader.run(fn)

@@ -239,6 +239,20 @@ def object_page(conn: sqlite3.Connection, after: Cursor | None, limit: int, *, o
             for cls, name, src, state, nxt in rows]
 
 
+def known_among(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]
+                ) -> set[tuple[str, str]]:
+    """Which of `keys` the objects index holds (in chunks under SQLite's variable cap)."""
+    out: set[tuple[str, str]] = set()
+    for lo in range(0, len(keys), 400):
+        chunk = keys[lo:lo + 400]
+        marks = ", ".join("(?, ?)" for _ in chunk)
+        rows = conn.execute(f"SELECT object_class, object_name FROM known WHERE "
+                            f"(object_class, object_name) IN (VALUES {marks})",
+                            [v for key in chunk for v in key]).fetchall()
+        out.update((c, n) for c, n in rows)
+    return out
+
+
 def known_count(conn: sqlite3.Connection, contains: str) -> int:
     row = conn.execute("SELECT count(*) FROM known k WHERE " + _OBJECT_TEXT,
                        (contains,)).fetchone()

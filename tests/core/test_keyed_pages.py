@@ -73,7 +73,8 @@ def old_pages(path: Path, sql: str, params: list[Any]) -> list[list[tuple[Any, .
     """The listing by OFFSET, as the server paged it before: one query per page."""
     conn = sqlite3.connect(path)
     try:
-        pages, offset = [], 0
+        pages: list[list[tuple[Any, ...]]] = []
+        offset = 0
         while True:
             rows = conn.execute(f"{sql} LIMIT ? OFFSET ?", [*params, PAGE, offset]).fetchall()
             if not rows:
@@ -86,7 +87,8 @@ def old_pages(path: Path, sql: str, params: list[Any]) -> list[list[tuple[Any, .
 
 async def keyed_pages(fetch: Callable[[Any], Awaitable[list[Any]]],
                       cursor_of: Callable[[Any], Any]) -> list[list[Any]]:
-    pages, after = [], None
+    pages: list[list[Any]] = []
+    after = None
     while True:
         page = await fetch(after)
         if not page:

@@ -41,19 +41,21 @@ DESIGN_OPERATOR_OPS = {"rearm", "fire_now", "inject_fault", "clear_fault", "send
 DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit"}
 
 # A valid value, and values of the wrong type, for each declared field type.
-GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True, "any": {"k": 1}}
+GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True, "any": {"k": 1},
+                       "list": [5, "Flaky", "a"]}
 BAD: dict[str, list[Any]] = {
     "str": [5, True, ["x"], {"s": 1}],
     "int": ["5", True, False, 1.5, [1]],
     "number": ["1.5", True, [1.0]],
     "bool": [1, 0, "true"],
+    "list": ["x", 5, True, {"a": 1}],
 }
 
 
 def kind(t: type | tuple[type, ...]) -> str:
     if isinstance(t, tuple):
         return "number"
-    return {str: "str", int: "int", bool: "bool", object: "any"}[t]
+    return {str: "str", int: "int", bool: "bool", object: "any", list: "list"}[t]
 
 
 def frame(op: str, cid: int | None = 7, **fields: Any) -> str:
