@@ -105,16 +105,17 @@ RUNTIME_MIGRATIONS: list[str] = [
     # (`sources`: 1 it has a database, 2 it has an alarm row, 4 it is an execution),
     # for the objects listing; an object known only by its alarm leaves with it.
     #
-    # `counters` holds the counts the header and /metrics show, kept by triggers in
-    # the transaction of the write that changes them, so they are exact after any
-    # crash: alarms by state; alarms retrying or running a retry by class and retry
-    # count (`num`), from which near exhaustion follows under each class's policy;
+    # `counters` holds the counts the header and /metrics show, kept in the
+    # transaction of the write that changes them, so they are exact after any crash:
+    # alarms by state; alarms retrying or running a retry by class and retry count
+    # (`num`), from which near exhaustion follows under each class's policy;
     # executions by status; objects with a database and objects known.
     #
-    # The triggers expect alarm rows to be written by INSERT, UPSERT (ON CONFLICT DO
-    # UPDATE), UPDATE and DELETE: INSERT OR REPLACE deletes without firing a DELETE
-    # trigger. Execution rows are written by INSERT OR REPLACE (and never deleted):
-    # their trigger runs BEFORE INSERT, while the row replaced can still be read.
+    # Alarm rows are written by the alarm index alone, which counts each batch's
+    # changes itself (sqlite_counts.py: a trigger per row cost more). The other
+    # tables' counts are kept by triggers. Execution rows are written by INSERT OR
+    # REPLACE (and never deleted): their trigger runs BEFORE INSERT, while the row
+    # replaced can still be read.
     """
     ALTER TABLE alarms ADD COLUMN urgency INTEGER NOT NULL DEFAULT 0;
     UPDATE alarms SET urgency =
@@ -164,48 +165,6 @@ RUNTIME_MIGRATIONS: list[str] = [
         GROUP BY status;
     INSERT INTO counters VALUES ('objects', 'stored', 0, (SELECT count(*) FROM objects)),
         ('objects', 'known', 0, (SELECT count(*) FROM known));
-
-    CREATE TRIGGER alarms_insert_counted AFTER INSERT ON alarms BEGIN
-        INSERT INTO counters VALUES ('alarms', NEW.state, 0, 1)
-            ON CONFLICT DO UPDATE SET n = n + 1;
-        INSERT INTO known VALUES (NEW.object_class, NEW.object_name, 2)
-            ON CONFLICT DO UPDATE SET sources = sources | 2;
-    END;
-    CREATE TRIGGER alarms_insert_retries AFTER INSERT ON alarms
-        WHEN NEW.retry_count > 0 AND NEW.state IN ('retrying', 'running') BEGIN
-        INSERT INTO counters VALUES ('retries', NEW.object_class, NEW.retry_count, 1)
-            ON CONFLICT DO UPDATE SET n = n + 1;
-    END;
-    CREATE TRIGGER alarms_delete_counted AFTER DELETE ON alarms BEGIN
-        UPDATE counters SET n = n - 1 WHERE kind = 'alarms' AND name = OLD.state AND num = 0;
-        UPDATE known SET sources = sources & ~2
-            WHERE object_class = OLD.object_class AND object_name = OLD.object_name;
-        DELETE FROM known WHERE object_class = OLD.object_class
-            AND object_name = OLD.object_name AND sources = 0;
-    END;
-    CREATE TRIGGER alarms_delete_retries AFTER DELETE ON alarms
-        WHEN OLD.retry_count > 0 AND OLD.state IN ('retrying', 'running') BEGIN
-        UPDATE counters SET n = n - 1
-            WHERE kind = 'retries' AND name = OLD.object_class AND num = OLD.retry_count;
-    END;
-    CREATE TRIGGER alarms_state_counted AFTER UPDATE OF state ON alarms
-        WHEN OLD.state IS NOT NEW.state BEGIN
-        UPDATE counters SET n = n - 1 WHERE kind = 'alarms' AND name = OLD.state AND num = 0;
-        INSERT INTO counters VALUES ('alarms', NEW.state, 0, 1)
-            ON CONFLICT DO UPDATE SET n = n + 1;
-    END;
-    CREATE TRIGGER alarms_retries_counted AFTER UPDATE OF state, retry_count ON alarms
-        WHEN (OLD.retry_count > 0 AND OLD.state IN ('retrying', 'running'))
-            IS NOT (NEW.retry_count > 0 AND NEW.state IN ('retrying', 'running'))
-          OR (OLD.retry_count > 0 AND OLD.state IN ('retrying', 'running')
-              AND OLD.retry_count != NEW.retry_count) BEGIN
-        UPDATE counters SET n = n - 1
-            WHERE kind = 'retries' AND name = OLD.object_class AND num = OLD.retry_count
-            AND OLD.retry_count > 0 AND OLD.state IN ('retrying', 'running');
-        INSERT INTO counters SELECT 'retries', NEW.object_class, NEW.retry_count, 1
-            WHERE NEW.retry_count > 0 AND NEW.state IN ('retrying', 'running')
-            ON CONFLICT DO UPDATE SET n = n + 1;
-    END;
 
     CREATE TRIGGER objects_insert_counted AFTER INSERT ON objects BEGIN
         UPDATE counters SET n = n + 1 WHERE kind = 'objects' AND name = 'stored' AND num = 0;

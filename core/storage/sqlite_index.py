@@ -9,9 +9,10 @@ no task on the event loop relays between writers and the thread, so a lone write
 (a sequential execution, one step after another) pays one thread hop each way.
 
 The counts an operator watches (alarms by state, retries, executions by status,
-objects) are kept by triggers in the transaction of each write (migration 4), and
-read back after each commit: `counters()` costs no I/O. Listings run on a second,
-read-only connection (`sqlite_reads`), never on this thread.
+objects) are kept in the transaction of each write (`sqlite_counts` for the alarm
+rows, triggers for the rest, migration 4) and read back after each commit:
+`counters()` costs no I/O. Listings run on a second, read-only connection
+(`sqlite_reads`), never on this thread.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from urllib.parse import quote
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
+from alarmtop.core.storage import sqlite_counts as C
 from alarmtop.core.storage import sqlite_reads as R
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.files import create_private, make_dirs
 from alarmtop.core.storage.interface import Counts, ObjectEntry
-from alarmtop.core.storage.keys import Cursor, alarm_urgency
+from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
@@ -42,20 +44,23 @@ _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "async
 
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
             "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count")
+# keys.alarm_urgency in SQL, over the row's columns (`{state}` and so on are the names
+# of its inputs): what the console's listing orders by.
+_URGENCY = ("(CASE {state} WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
+            "ELSE 3 END) * 1152921504606846976 "
+            "+ (16383 - min(max({retries}, 0), 16383)) * 70368744177664 "
+            "+ (CASE WHEN {next} IS NULL THEN 0 "
+            "ELSE min(max({next} + 35184372088832, 1), 70368744177663) END)")
+URGENCY_SQL = _URGENCY.format(state="state", retries="retry_count", next="next_attempt_ms")
 # `due_ms` is written with every row (the record's `due_ms`): what the due index orders;
-# `urgency` too (keys.alarm_urgency): what the console's listing orders.
-# An UPSERT, not INSERT OR REPLACE: a replace deletes the old row without its DELETE
-# trigger, and the counters' triggers must see the old row's state go.
-_UPSERT = (f"INSERT INTO alarms ({_COLUMNS}, due_ms, urgency) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (object_class, object_name) "
-           "DO UPDATE SET " + ", ".join(
-               f"{c} = excluded.{c}" for c in (*_COLUMNS.split(", ")[2:], "due_ms", "urgency")))
-# keys.alarm_urgency in SQL, for rows salvaged from a file older than the column.
-URGENCY_SQL = ("(CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
-               "ELSE 3 END) * 1152921504606846976 "
-               "+ (16383 - min(max(retry_count, 0), 16383)) * 70368744177664 "
-               "+ (CASE WHEN next_attempt_ms IS NULL THEN 0 "
-               "ELSE min(max(next_attempt_ms + 35184372088832, 1), 70368744177663) END)")
+# `urgency` is computed by SQLite from the row's own parameters (?4 state, ?5 retry
+# count, ?6 next attempt): on the database thread without the GIL, where Python would
+# hold it for every row of every firing. No trigger watches the alarm rows (their counts
+# are the writer's, `sqlite_counts`), so a replace is safe, and it costs a little less
+# than an UPSERT of every column.
+_UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms, urgency) VALUES ("
+           + ", ".join(f"?{i}" for i in range(1, 16)) + ", "
+           + _URGENCY.format(state="?4", retries="?5", next="?6") + ")")
 MAX_BATCH = 20_000
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for a lock another connection holds
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
@@ -98,7 +103,7 @@ def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
             rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms,
             rec.gen, rec.hint_ms, rec.hint_gen, 1 if rec.in_file else 0, rec.attempt_count,
-            rec.due_ms, alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms))
+            rec.due_ms)
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
@@ -128,6 +133,7 @@ class SqliteAlarmIndex:
         self._counter_rows: list[tuple[Any, ...]] = []
         self._parsed: tuple[list[tuple[Any, ...]], Counts] | None = None
         self._reader = R.ReadConnection(path, busy_timeout_s, self._error)
+        self._states = C.StateCache()  # on the database thread only
 
     async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
@@ -213,8 +219,18 @@ class SqliteAlarmIndex:
                     out[f"{table}_error"] = str(exc)
                     rows = []
                 out[table] = len(rows)
-            # Rows from a file older than the urgency column came without it.
-            conn.execute(f"UPDATE alarms SET urgency = {URGENCY_SQL}")
+            # Rows from a file older than the urgency column came without it, and the
+            # alarm rows were copied in behind the counters: count them again.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(f"UPDATE alarms SET urgency = {URGENCY_SQL}")
+                C.rebuild(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._states.clear()
             self._counter_rows = R.read_counters(conn)
         finally:
             old.close()
@@ -358,6 +374,9 @@ class SqliteAlarmIndex:
             FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         conn.execute("BEGIN IMMEDIATE")
         try:
+            new = C.new_states(final)
+            if final:
+                C.write_tally(conn, *C.tally(self._states.old_states(conn, final), new))
             dels = [k for k, v in final.items() if v is None]
             if dels:
                 conn.executemany(
@@ -368,6 +387,7 @@ class SqliteAlarmIndex:
             for fn in extras:
                 fn(conn)
             conn.execute("COMMIT")
+            self._states.committed(new)
             # Read back what the triggers counted (a page of a few dozen rows): readers
             # of `counters()` then see every write whose future has completed.
             self._counter_rows = R.read_counters(conn)

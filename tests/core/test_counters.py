@@ -21,6 +21,7 @@ import pytest
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
+from alarmtop.core.storage.sqlite_counts import tally
 from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
 from tests.conftest import START_MS, RuntimeFactory
@@ -175,3 +176,46 @@ async def test_a_runtime_started_twice_keeps_its_counts(data_dir: Path,
         assert counts == await rt.backend.alarm_index.recount()
         await rt.stop()
     assert counts.alarms["pending"] == 2
+
+
+async def test_rows_salvaged_from_an_older_file_are_counted_and_ordered(
+        tmp_path: Path) -> None:
+    """A salvage copies rows in behind the writer's counting (and from a file that had
+    no urgency column): the counts and the order are made again from the rows."""
+    old = tmp_path / "old.sqlite"
+    old_database(old)
+    index = SqliteAlarmIndex(tmp_path / "runtime.sqlite")
+    await index.open()
+    try:
+        await index.write([AlarmRecord("A", "p1", START_MS, AlarmState.RUNNING,
+                                       next_attempt_ms=START_MS)])  # cached, then replaced
+        kept = await index.salvage_from(old)
+        assert kept["alarms"] == 4
+        assert index.counters() == await index.recount()
+        assert index.counters().alarms["running"] == 1  # p1 was there: the copy was ignored
+        assert [r.object_name for r in await index.alarm_page(None, 10)] == [
+            "d1", "r1", "p1", "s1"]
+        await index.write([AlarmRecord("A", "p1", START_MS, AlarmState.DEAD, 6)])
+        assert index.counters() == await index.recount()
+    finally:
+        await index.close()
+
+
+# -- the tally of a batch (pure) -----------------------------------------------------------------
+
+
+def test_a_batch_tally_adds_what_each_row_became_and_takes_what_it_was() -> None:
+    old: dict[tuple[str, str], Any] = {
+        ("A", "new"): None, ("A", "up"): ("pending", 0), ("A", "retry"): ("running", 2),
+        ("A", "gone"): ("retrying", 3), ("A", "same"): ("dead", 6)}
+    new: dict[tuple[str, str], Any] = {
+        ("A", "new"): ("pending", 0), ("A", "up"): ("running", 0),
+        ("A", "retry"): ("retrying", 3), ("A", "gone"): None, ("A", "same"): ("dead", 6)}
+    rows, gained, lost = tally(old, new)
+    # pending +1 -1, running +1 -1, retrying +1 -1, (A, 3) +1 -1: only (A, 2) is left
+    assert rows == [("retries", "A", 2, -1)]
+    assert gained == [("A", "new")] and lost == [("A", "gone")]
+    rows, gained, lost = tally({}, {("B", "x"): ("retrying", 1), ("B", "y"): ("dead", 6)})
+    assert sorted(rows) == [("alarms", "dead", 0, 1), ("alarms", "retrying", 0, 1),
+                            ("retries", "B", 1, 1)]
+    assert gained == [("B", "x"), ("B", "y")] and lost == []
