@@ -307,11 +307,20 @@ class Runtime:
         reverses), and `offset` skips that many more. Without `after`, `offset` counts
         from the start, which costs a walk over the rows skipped.
         """
+        recs = await self.alarm_records(limit, offset, state=state, contains=contains,
+                                        after=after, order=order, desc=desc)
+        return [self._status(r) for r in recs]
+
+    async def alarm_records(self, limit: int | None = None, offset: int = 0, *,
+                            state: str | None = None, contains: str | None = None,
+                            after: Cursor | None = None, order: str = "urgency",
+                            desc: bool = False) -> list[AlarmRecord]:
+        """`alarms()` as the index's records (for a listing that builds its own rows:
+        `AlarmStatus` costs a dataclass per row)."""
         self._check_running()
-        recs = await self.backend.alarm_index.alarm_page(
+        return await self.backend.alarm_index.alarm_page(
             after, -1 if limit is None else limit, offset=offset, state=state,
             contains=contains, order=order, desc=desc)
-        return [self._status(r) for r in recs]
 
     async def count_alarms(self, state: str | None = None, contains: str | None = None) -> int:
         """How many alarms `alarms()` lists with these filters (counters without a text)."""
@@ -324,9 +333,12 @@ class Runtime:
         return None if rec is None else self._status(rec)
 
     async def dead_letters(self, limit: int | None = None, offset: int = 0) -> list[AlarmStatus]:
+        """Dead letters by class and name (a listing: on the read connection, by the
+        state index)."""
         self._check_running()
-        recs = await self.backend.alarm_index.in_state(
-            AlarmState.DEAD.value, -1 if limit is None else limit, offset)
+        recs = await self.backend.alarm_index.alarm_page(
+            None, -1 if limit is None else limit, offset=offset, state=AlarmState.DEAD.value,
+            order="object")
         return [self._status(r) for r in recs]
 
     def counters(self) -> Counts:

@@ -20,7 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core import AlarmStatus, Runtime
+from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
+from alarmtop.core.alarms.policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError
@@ -72,12 +73,26 @@ def alarm_row(status: AlarmStatus) -> dict[str, Any]:
     return d
 
 
-def alarm_cursor(status: AlarmStatus, order: str) -> list[Any]:
+def record_row(rec: AlarmRecord, policy: RetryPolicy) -> dict[str, Any]:
+    """`alarm_row(AlarmStatus.of(rec, policy))`, built straight from the record: a page
+    of a listing makes hundreds of them on the event loop."""
+    attempts = rec.attempts
+    return {"object_class": rec.object_class, "object_name": rec.object_name,
+            "scheduled_ms": rec.scheduled_ms, "state": rec.state.value,
+            "retry_count": rec.retry_count, "next_attempt_ms": rec.next_attempt_ms,
+            "last_error": rec.last_error, "attempts": [a.to_dict() for a in attempts],
+            "max_retries": policy.max_retries,
+            "near_exhaustion": is_near_exhaustion(rec, policy),
+            "attempt_count": max(rec.attempt_count, len(attempts)),
+            "object": f"{rec.object_class}/{rec.object_name}"}
+
+
+def alarm_cursor(rec: AlarmRecord, order: str) -> list[Any]:
     """The row's key in `order` (what `after` takes to go on after it)."""
     if order == "object":
-        return [status.object_class, status.object_name]
-    return [K.alarm_urgency(status.state, status.retry_count, status.next_attempt_ms),
-            status.object_class, status.object_name]
+        return [rec.object_class, rec.object_name]
+    return [K.alarm_urgency(rec.state, rec.retry_count, rec.next_attempt_ms),
+            rec.object_class, rec.object_name]
 
 
 def execution_row(rec: ExecutionRecord) -> dict[str, Any]:
@@ -237,9 +252,11 @@ class OpsService:
         order = keyed_order("alarms", sort)
         if order is not None:
             after = cursor("alarms", order, args)
-            found = await self.rt.alarms(limit, offset, state=state, contains=text,
-                                         after=after, order=order, desc=desc)
-            return {"rows": [alarm_row(r) for r in found], "offset": offset, "total": total,
+            found = await self.rt.alarm_records(limit, offset, state=state, contains=text,
+                                                after=after, order=order, desc=desc)
+            policy = self.rt.policy_for
+            return {"rows": [record_row(r, policy(r.object_class)) for r in found],
+                    "offset": offset, "total": total,
                     "cursors": [alarm_cursor(r, order) for r in found]}
         unkeyed("alarms", f"sorted by {sort}", args)
         check_scan("alarms", total, f"sorting by {sort}")

@@ -44,9 +44,12 @@ class StateCache:
                 missing.append(key)
         for lo in range(0, len(missing), CHUNK):
             chunk = missing[lo:lo + CHUNK]
+            # A join, not `(class, name) IN (VALUES ...)`: SQLite answers that by
+            # scanning the whole table.
             found = {(c, n): (s, r) for c, n, s, r in conn.execute(
-                "SELECT object_class, object_name, state, retry_count FROM alarms WHERE "
-                f"(object_class, object_name) IN (VALUES {', '.join(['(?, ?)'] * len(chunk))})",
+                "SELECT a.object_class, a.object_name, a.state, a.retry_count FROM (VALUES "
+                f"{', '.join(['(?, ?)'] * len(chunk))}) AS k JOIN alarms a ON "
+                "a.object_class = k.column1 AND a.object_name = k.column2",
                 [v for key in chunk for v in key])}
             for key in chunk:
                 out[key] = found.get(key)

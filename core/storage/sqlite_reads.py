@@ -246,8 +246,10 @@ def known_among(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]
     for lo in range(0, len(keys), 400):
         chunk = keys[lo:lo + 400]
         marks = ", ".join("(?, ?)" for _ in chunk)
-        rows = conn.execute(f"SELECT object_class, object_name FROM known WHERE "
-                            f"(object_class, object_name) IN (VALUES {marks})",
+        # A join: `(class, name) IN (VALUES ...)` would scan the whole table.
+        rows = conn.execute(f"SELECT n.object_class, n.object_name FROM (VALUES {marks}) AS k "
+                            "JOIN known n ON n.object_class = k.column1 AND "
+                            "n.object_name = k.column2",
                             [v for key in chunk for v in key]).fetchall()
         out.update((c, n) for c, n in rows)
     return out
