@@ -9,10 +9,11 @@ from alarmtop.core.faults import InjectedFault
 from alarmtop.core.logs import JsonFormatter, configure_logging
 from alarmtop.core.objects.base import AlarmInfo, DurableObject, ObjectContext
 from alarmtop.core.runtime import Runtime, Stub
+from alarmtop.core.storage.postgres.backend import PostgresBackend
 
 __all__ = [
     "AlarmInfo", "AlarmState", "AlarmStatus", "AlarmtopError", "Attempt", "Clock",
     "DurableObject", "Event", "EventBus", "InjectedFault", "JsonFormatter", "ObjectContext",
-    "RetryPolicy", "Runtime", "Stub", "SystemClock", "VirtualClock", "configure_logging",
-    "next_delay",
+    "PostgresBackend", "RetryPolicy", "Runtime", "Stub", "SystemClock", "VirtualClock",
+    "configure_logging", "next_delay",
 ]

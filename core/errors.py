@@ -16,14 +16,22 @@
      │    └── UnknownFault
      ├── RuntimeNotRunning                       used before start() or after stop()
      ├── ReentrantCall                           an object called itself through a stub
+     ├── ObjectBusy                              an event held the object past a caller's wait
+     ├── DescriptorBudget                        max_resident and sockets exceed ulimit -n
+     ├── CommandTimeout                          an ops command had no outcome by its deadline
+     ├── NodeUnreachable                         the node holding an object's shard is away
+     ├── RemoteCallError                         a peer node raised what cannot be rebuilt
      ├── StorageError                            a database could not be opened or written
      │    ├── SqlError                           an object's SQL statement failed
      │    ├── CorruptDatabase                    a database file is damaged (quarantined, or
      │    │                                      start() refused to run over it)
      │    ├── ObjectQuarantined                  an object's database is in quarantine; the
      │    │                                      object refuses events until an operator acts
-     │    └── DiskFull                           no space left: the event failed, none of its
-     │                                           writes were kept, earlier ones are intact
+     │    ├── DiskFull                           no space left: the event failed, none of its
+     │    │                                      writes were kept, earlier ones are intact
+     │    ├── OutOfDescriptors                   no file descriptor left to open a database
+     │    ├── ChainBroken                        an earlier checkpoint of the invocation failed
+     │    └── LeaseLost                          this node lost the shard it was writing
      └── AlarmHandlerTimeout (raised into the attempt record, never to callers)
 
 Every error carries the fields it is about (object class and name, alarm, step)
@@ -186,3 +194,61 @@ class AlarmHandlerTimeout(AlarmtopError):
         )
         self.class_name = class_name
         self.object_name = object_name
+
+
+class ObjectBusy(AlarmtopError):
+    """An event held the object's turn for longer than the caller could wait; the
+    caller's action was not done (it never got the turn)."""
+
+    def __init__(self, class_name: str, object_name: str, doing: str,
+                 age_s: float | None, waited_s: float) -> None:
+        since = "" if age_s is None else f" (started {age_s:.0f} s ago)"
+        super().__init__(f"{class_name}/{object_name} is busy {doing}{since}; nothing was "
+                         f"done after waiting {waited_s:g} s for it")
+        self.class_name = class_name
+        self.object_name = object_name
+        self.doing = doing
+        self.age_s = age_s
+        self.waited_s = waited_s
+
+
+class DescriptorBudget(AlarmtopError):
+    """The runtime (and its server) would need more file descriptors than the process
+    may open; nothing was started. The message says what to change."""
+
+    def __init__(self, message: str, need: int, limit: int) -> None:
+        super().__init__(message)
+        self.need = need
+        self.limit = limit
+
+
+class OutOfDescriptors(StorageError):
+    """An object's database could not be opened: the process has no file descriptor
+    left (EMFILE). The event failed and none of its writes were kept."""
+
+
+class CommandTimeout(AlarmtopError):
+    """A command had no outcome by its deadline; it was left to finish."""
+
+
+class LeaseLost(StorageError):
+    """This node no longer holds the lease of a shard it was writing: nothing of the
+    write was kept (another node owns those objects now)."""
+
+
+class RemoteCallError(AlarmtopError):
+    """The owner of an object raised something the caller's node cannot rebuild."""
+
+    def __init__(self, type_name: str, message: str, node: str) -> None:
+        super().__init__(f"{type_name}: {message} (on node {node})")
+        self.type_name = type_name
+        self.remote_message = message
+        self.node = node
+
+
+class NodeUnreachable(AlarmtopError):
+    """The node that holds an object's shard did not answer."""
+
+
+class ChainBroken(StorageError):
+    """An earlier write of the same invocation's log was not made."""

@@ -3,6 +3,11 @@
 A fault names a target (`Class/name` for an object, an execution id for an
 execution), a kind, and how often it applies. Faults may be injected before
 their target exists; they wait for it. Every change is an event.
+
+An `alarm_delay` is a sleep on the runtime clock (`FaultRegistry.delay`) that
+clearing the fault ends at once: an operator who removes a 60 s delay does not
+want the handler already held by it to sleep the rest of the minute. While a
+delay runs, its fault stays listed (even once used up) so that it can be cleared.
 """
 
 from __future__ import annotations
@@ -10,10 +15,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.errors import InvalidFault, UnknownFault
 from alarmtop.core.events import EventBus
+from alarmtop.core.tasks import Wakeup
+
+if TYPE_CHECKING:
+    from alarmtop.core.clock import Clock
 
 FAULT_KINDS: dict[str, str] = {
     "alarm_raise": "the object's alarm handler raises instead of running (times, or None: always)",
@@ -59,6 +68,9 @@ class FaultRegistry:
         self._now_ms = now_ms
         self._faults: dict[str, Fault] = {}
         self._ids = itertools.count(1)
+        # Delays running now, by fault id: the fault (listed while it runs, even used
+        # up) and the wakeups that clearing it pokes.
+        self._delays: dict[str, tuple[Fault, set[Wakeup]]] = {}
 
     def inject(self, target: str, kind: str, times: int | None = 1, *,
                seconds: float | None = None, step: str | None = None,
@@ -82,13 +94,35 @@ class FaultRegistry:
         return any(f.target == target for f in self._faults.values())
 
     def list(self) -> list[dict[str, Any]]:
-        return [f.to_dict() for f in self._faults.values()]
+        spent = [f for fid, (f, _) in self._delays.items() if fid not in self._faults]
+        return [f.to_dict() for f in [*self._faults.values(), *spent]]
 
     def clear(self, fault_id: str) -> None:
+        """Remove a fault; a delay of it that is running ends now."""
         fault = self._faults.pop(fault_id, None)
+        running = self._delays.pop(fault_id, None)
+        if running is not None:
+            fault = running[0]
+            for wakeup in running[1]:
+                wakeup.poke()
         if fault is None:
             raise UnknownFault(fault_id)
         self._events.emit("fault.cleared", fault.to_dict())
+
+    async def delay(self, fault: Fault, clock: Clock) -> None:
+        """Sleep `fault.seconds` on `clock`, or until the fault is cleared."""
+        if not fault.seconds:
+            return
+        wakeup = Wakeup(clock)
+        _, waiting = self._delays.setdefault(fault.id, (fault, set()))
+        waiting.add(wakeup)
+        try:
+            await wakeup.wait(clock.now_ms() + round(fault.seconds * 1000))
+        finally:
+            waiting.discard(wakeup)
+            entry = self._delays.get(fault.id)
+            if entry is not None and not entry[1]:
+                del self._delays[fault.id]
 
     def find(self, target: str, kind: str, step: str | None = None) -> Fault | None:
         for fault in self._faults.values():

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.dispatch import AlarmDispatcher
-from alarmtop.core.alarms.policy import DEFAULT_KEEP, AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.alarms.policy import (
+    DEFAULT_KEEP,
+    AlarmRecord,
+    AlarmState,
+    Attempt,
+    RetryPolicy,
+)
 from alarmtop.core.alarms.scheduler import AlarmScheduler
 from alarmtop.core.alarms.status import AlarmStatus
 from alarmtop.core.clock import Clock, SystemClock
@@ -26,8 +35,10 @@ from alarmtop.core.errors import (
 )
 from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
+from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
+from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
-from alarmtop.core.objects.host import ObjectHost
+from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
 from alarmtop.core.storage.interface import Counts, ObjectEntry, StorageBackend
 from alarmtop.core.storage.keys import Cursor
@@ -41,6 +52,8 @@ if TYPE_CHECKING:
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
                        "web_socket_error"})
 MAX_NAME_LENGTH = 256
+STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
+log = logging.getLogger("alarmtop.runtime")
 
 
 def check_object_name(name: Any) -> str:
@@ -55,6 +68,11 @@ def check_object_name(name: Any) -> str:
         raise InvalidObjectName(f"object name {name!r} contains a lone surrogate (not valid "
                                 "text); names are UTF-8 text")
     return name
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class Stub:
@@ -103,6 +121,11 @@ class Runtime:
         sweep_interval: seconds between sweeps for overdue work and dead letters.
         keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
             first few); `AlarmStatus.attempt_count` counts them all.
+
+    `start()` checks that `max_resident` open databases (3 file descriptors each) and
+    the sockets a server reserved (`reserve_descriptors`) fit under the process's
+    descriptor limit, raising the soft limit to the hard one if need be; otherwise it
+    raises `DescriptorBudget`, which says what to change.
     """
 
     def __init__(self, data_dir: str | Path = "./data", clock: Clock | None = None, *,
@@ -111,7 +134,7 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP) -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str = "127.0.0.1") -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -136,7 +159,18 @@ class Runtime:
                                            alarm_timeout)
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
+        self.host.alarm_started = self.scheduler.running.get
+        self.max_resident = max_resident
+        self._reserved: dict[str, int] = {}  # who reserved descriptors: how many
+        self.descriptor_limit: int | None = None  # the soft limit checked at start
+        self.abandoned: list[str] = []  # what the last stop() left behind
+        # One event kind per method, made once: a stuck object's callers are told what
+        # holds it ("busy handling a call to grant()").
+        self._call_kinds: dict[str, EventKind] = {}
         self.running = False
+        self._router: Router = Router()
+        self._node_server: NodeServer | None = None
+        self._node_host = node_host
         # Durable executions: execution objects share one engine and the backend's log store.
         from alarmtop.core.durable.service import (
             EXECUTION_CLASS,
@@ -206,6 +240,10 @@ class Runtime:
                                                    max_delay_s=60.0))
         return fn
 
+    def registered_class(self, class_name: str) -> type[DurableObject] | None:
+        """The class registered under `class_name` (None: none is), waking nothing."""
+        return self._classes.get(class_name)
+
     def policy_for(self, class_name: str) -> RetryPolicy:
         return self._policies.get(class_name, self.retry_policy)
 
@@ -214,27 +252,109 @@ class Runtime:
         """Run `fn` (sync or async) on a five-field cron schedule, on the runtime clock."""
         return self._cron.add(expression, fn, name, timezone)
 
+    def reserve_descriptors(self, what: str, count: int) -> None:
+        """Count `count` descriptors for `what` (a server's socket caps) in the budget
+        `start()` checks; checked again now if the runtime is running already."""
+        if count < 0:
+            raise InvalidArgument(f"reserve_descriptors: count is >= 0, not {count}")
+        self._reserved[what] = count
+        if self.running:
+            self.check_descriptors()
+
+    def check_descriptors(self) -> int:
+        """Fit the descriptor budget (see the class docs); the soft limit in force, -1
+        for none. Raises `DescriptorBudget` when it cannot fit."""
+        open_now = limits.in_use()
+        if self.running:
+            # Open already: the runtime database, the objects resident now.
+            open_now = max(0, open_now - limits.FDS_PER_DATABASE * (1 + self.host.live_count))
+        need = limits.Need(databases=self.max_resident + 1, sockets=sum(self._reserved.values()),
+                           in_use=open_now, max_resident=self.max_resident,
+                           sockets_what=" and ".join(self._reserved))
+        self.descriptor_limit = limits.fit(need)
+        return self.descriptor_limit
+
     async def start(self) -> None:
-        """Open storage, recover attempts cut short by a crash, start firing alarms."""
+        """Check the descriptor budget, open storage, recover attempts cut short by a
+        crash, start firing alarms.
+
+        On a shared backend the runtime is a node of a fleet: it listens for other
+        nodes' calls first, then takes its share of the shards."""
         if self.running:
             return
-        await self.backend.open()
+        self.check_descriptors()
+        backend = self.backend
+        if isinstance(backend, FleetBackend):
+            self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
+                                           self._serve_node, host=self._node_host)
+            await self._node_server.start()
+            backend.bind(self._shards_changed, self._node_server.address)
+        try:
+            await backend.open()
+        except BaseException:
+            if self._node_server is not None:
+                await self._node_server.stop()
+                self._node_server = None
+            raise
+        if isinstance(backend, FleetBackend):
+            self._router = FleetRouter(backend)
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
         self.host.start()
         self._cron.start()
 
-    async def stop(self) -> None:
-        """Stop firing, hibernate every object, close storage."""
+    async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
+        """Stop firing, hibernate every object, close storage: within `grace_s` seconds
+        (None: however long it takes).
+
+        Handlers still running are cancelled, and one that does not end within the
+        grace is abandoned, as a crash would abandon it: its row stays 'running' and
+        the next start counts it as a crashed attempt. What was abandoned is named in
+        `abandoned` (empty after a clean stop): a task that ignores its cancellation
+        keeps its event loop from closing, so a process that must end then ends
+        without waiting for it (`alarmtop serve` does)."""
         if not self.running:
             return
         self.running = False
-        await self._cron.stop()
-        await self.scheduler.stop()
-        await self.host.stop()
-        await self.tasks.close()
-        await self.backend.close()
+        self.abandoned = []
+        loop = asyncio.get_running_loop()
+        end = None if grace_s is None else loop.time() + grace_s
+
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - loop.time())
+
+        await self._bounded("cron jobs", self._cron.stop(), left())
+        await self._bounded("alarm handlers", self.scheduler.stop(), left())
+        await self._bounded("objects", self.host.stop(), left())
+        if await self.tasks.close(grace_s=left()):
+            self.abandoned.append("tasks")
+        await self._bounded("node calls", self._stop_node(), left())
+        await self._bounded("storage", self.backend.close(), left())
+
+    async def _bounded(self, what: str, step: Coroutine[Any, Any, None],
+                       within: float | None) -> None:
+        """Run one step of the stop for at most `within` seconds. Not under a timeout
+        that awaits the step's end: a step gathering a task that ignores cancellation
+        would never end, timeout or not. Left behind, it is cancelled, not awaited."""
+        task = asyncio.ensure_future(step)
+        done, _ = await asyncio.wait({task}, timeout=within)
+        if done:
+            task.result()
+            return
+        task.cancel()
+        task.add_done_callback(_retrieve)  # if it ever ends, its error is not reported twice
+        self.abandoned.append(what)
+        log.warning("stopping the runtime: %s did not stop within the grace; left behind "
+                    "(as after a crash, the next start recovers them)", what)
+
+    async def _stop_node(self) -> None:
+        """No more calls to or from other nodes."""
+        router, self._router = self._router, Router()
+        await router.close()
+        if self._node_server is not None:
+            server, self._node_server = self._node_server, None
+            await server.stop()
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -269,13 +389,72 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
+        peer = await self._router.peer((class_name, name))
+        if peer is not None:  # another node holds the object's shard: it runs the call
+            return await peer.request("call", cls=class_name, name=name, method=method,
+                                      args=list(args), kwargs=kwargs)
+        return await self._call_here(class_name, name, method, args, kwargs)
+
+    async def _call_here(self, class_name: str, name: str, method: str,
+                         args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
-        value, error, _ = await self.host.run_event((class_name, name), body)
+        value, error, _ = await self.host.run_event((class_name, name), body,
+                                                    self._kind(method, "a call to {}()"))
         if error is not None:
             raise error  # its writes are kept: the event committed
         return json_copy(value, f"the result of {class_name}.{method}")
+
+    # -- the fleet ------------------------------------------------------------------------
+
+    async def _serve_node(self, request: dict[str, Any]) -> Any:
+        """Another node forwards an object's event here, where its shard is held."""
+        self._check_running()
+        op = request.get("op")
+        if op == "call":
+            cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])
+            self._class_name(cls)
+            fn = getattr(self._classes[cls], method, None)
+            if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
+                raise UnknownMethod(cls, method)
+            if await self._router.peer((cls, check_object_name(name))) is not None:
+                raise InvalidArgument(f"{cls}/{name} moved to another node; call it again")
+            return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
+                                         dict(request.get("kwargs") or {}))
+        if op == "operate":
+            action = str(request["action"])
+            status = await self._operate_here(str(request["cls"]), str(request["name"]),
+                                              action, request.get("at_ms"))
+            return status.to_dict()
+        raise InvalidArgument(f"unknown node operation {op!r}")
+
+    def _shards_changed(self, gained: set[int], lost: set[int]) -> None:
+        """The backend gained or lost shard leases: the scheduler and the host follow."""
+        if not self.running:
+            return  # start() loads what is held when it starts the scheduler
+        backend = self.backend
+        assert isinstance(backend, FleetBackend)
+
+        def in_lost(key: tuple[str, str]) -> bool:
+            return backend.shard_of(key) in lost
+
+        self.tasks.spawn(self._follow_shards(bool(gained), in_lost if lost else None),
+                         name="shards")
+
+    async def _follow_shards(self, gained: bool,
+                             lost: Callable[[tuple[str, str]], bool] | None) -> None:
+        if lost is not None:
+            self.scheduler.forget(lost)
+            await self.host.release(lost)
+        if gained:
+            await self.scheduler.reload()
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """The fleet's nodes (one, on a backend that is not shared)."""
+        if isinstance(self.backend, FleetBackend):
+            return await self.backend.nodes()
+        return [{"node_id": "local", "address": None, "shards": None, "up": True}]
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
@@ -286,9 +465,16 @@ class Runtime:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args)
 
-        _, error, _ = await self.host.run_event((class_name, check_object_name(name)), body)
+        _, error, _ = await self.host.run_event((class_name, check_object_name(name)), body,
+                                                self._kind(method, "its {}"))
         if error is not None:
             raise error
+
+    def _kind(self, method: str, what: str) -> EventKind:
+        kind = self._call_kinds.get(method)
+        if kind is None:
+            kind = self._call_kinds[method] = Call("handling " + what.format(method))
+        return kind
 
     # -- alarms ---------------------------------------------------------------------------
 
@@ -372,7 +558,9 @@ class Runtime:
         key = (self._class_name(cls), check_object_name(name))
         rec = await self.scheduler.lookup(key)
         if rec is not None and rec.state is AlarmState.RUNNING:
-            async with self.host.exclusive(key):
+            # Under an operator's patience (tasks.patience) this wait gives up with
+            # ObjectBusy, naming what holds the object; nothing is applied then.
+            async with self.host.exclusive(key, f"with an operator's {action}"):
                 rec = await self.scheduler.lookup(key)
                 if rec is None:
                     raise NoAlarm(*key, action)
@@ -387,21 +575,46 @@ class Runtime:
                     at_ms: Any = None) -> AlarmStatus:
         """Give an alarm (typically a dead letter) a fresh ladder at `at_ms` (None: now)."""
         at = self.clock.now_ms() if at_ms is None else alarm_time_ms(at_ms)
-        return await self._operate(cls, name, "re-arm",
-                                   lambda rec: self.scheduler.rearm(rec, at))
+        return await self._operate_routed(cls, name, "re-arm", at)
 
     async def fire_now(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
         """Run the alarm's next attempt now (a dead letter is re-armed for now)."""
-        return await self._operate(cls, name, "fire", self.scheduler.fire_now)
+        return await self._operate_routed(cls, name, "fire", None)
 
     async def clear_dead_letter(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus:
         """Drop a dead letter for good (it stays in the event log)."""
-        async def clear(rec: AlarmRecord) -> None:
-            if rec.state is not AlarmState.DEAD:
-                raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
-                                      f"{rec.state.value}, not a dead letter; nothing cleared")
-            await self.scheduler.commit(rec.key, P.delete_alarm(rec))
-        return await self._operate(cls, name, "clear", clear)
+        return await self._operate_routed(cls, name, "clear", None)
+
+    async def _operate_routed(self, cls: type[DurableObject] | str, name: str, action: str,
+                              at_ms: int | None) -> AlarmStatus:
+        """An operator's action runs where the alarm runs: on the node holding its shard."""
+        self._check_running()
+        key = (self._class_name(cls), check_object_name(name))
+        peer = await self._router.peer(key)
+        if peer is None:
+            return await self._operate_here(key[0], key[1], action, at_ms)
+        data = await peer.request("operate", cls=key[0], name=key[1], action=action,
+                                  at_ms=at_ms)
+        data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
+        return AlarmStatus(**data)
+
+    async def _operate_here(self, cls: str, name: str, action: str,
+                            at_ms: int | None) -> AlarmStatus:
+        if action == "re-arm":
+            at = self.clock.now_ms() if at_ms is None else at_ms
+            return await self._operate(cls, name, action,
+                                       lambda rec: self.scheduler.rearm(rec, at))
+        if action == "fire":
+            return await self._operate(cls, name, action, self.scheduler.fire_now)
+        if action == "clear":
+            async def clear(rec: AlarmRecord) -> None:
+                if rec.state is not AlarmState.DEAD:
+                    raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
+                                          f"{rec.state.value}, not a dead letter; nothing "
+                                          "cleared")
+                await self.scheduler.commit(rec.key, P.delete_alarm(rec))
+            return await self._operate(cls, name, action, clear)
+        raise InvalidArgument(f"unknown alarm action {action!r}")
 
     async def sweep(self) -> int:
         """Run the sweeper now; returns how many overdue alarms it re-queued."""

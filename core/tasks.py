@@ -12,13 +12,19 @@ counts as busy except while it waits on the clock (`Wakeup`) or on something tha
 other tracked work will finish (`idle_wait`). `VirtualClock.advance` moves time
 only once no tracked task is busy. A wall clock has no tracker: nobody waits for
 it to be idle, and the hot paths then pay nothing for the accounting.
+
+`patience(seconds)` bounds how long the current task waits for its turn at an
+object (an operator command must not queue behind a stuck handler for minutes);
+it belongs to the task that set it, not to tasks it starts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
@@ -90,6 +96,39 @@ class BusyTracker:
                 await asyncio.sleep(0)
             if self.busy == 0:
                 return
+
+
+# (the task that set it, the loop time it ends at, the seconds it was given)
+_PATIENCE: contextvars.ContextVar[tuple[asyncio.Task[Any], float, float] | None] = \
+    contextvars.ContextVar("alarmtop_patience", default=None)
+
+
+@contextlib.contextmanager
+def patience(seconds: float | None) -> Iterator[None]:
+    """Within the block, the current task waits at most `seconds` (loop time) for an
+    object's turn; then the wait raises `ObjectBusy` and nothing of what it waited to
+    do has been done. None: wait as long as it takes.
+
+    Kept in a context variable but honoured only by the task that set it: a task
+    started inside the block (a blocker, a background write) inherits the variable,
+    and must not inherit a caller's hurry."""
+    task = asyncio.current_task()
+    if seconds is None or task is None:
+        yield
+        return
+    token = _PATIENCE.set((task, asyncio.get_running_loop().time() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _PATIENCE.reset(token)
+
+
+def patience_left() -> tuple[float, float] | None:
+    """(seconds left, seconds given) of the current task's patience, or None."""
+    found = _PATIENCE.get()
+    if found is None or found[0] is not asyncio.current_task():
+        return None
+    return max(0.0, found[1] - asyncio.get_running_loop().time()), found[2]
 
 
 @runtime_checkable
@@ -214,8 +253,9 @@ class Supervisor:
         """Accept tasks again (a runtime started after it was stopped)."""
         self._closed = False
 
-    async def close(self, grace_s: float | None = None) -> None:
-        """Cancel every task still running and wait for them to end.
+    async def close(self, grace_s: float | None = None) -> int:
+        """Cancel every task still running and wait for them to end; returns how many
+        were left behind.
 
         `grace_s` bounds the wait: a task that ignores cancellation for longer is left
         behind (logged) rather than holding shutdown up forever.
@@ -225,11 +265,12 @@ class Supervisor:
         for task in tasks:
             task.cancel()
         if not tasks:
-            return
+            return 0
         _, pending = await asyncio.wait(tasks, timeout=grace_s)
         for task in pending:
             log.warning("task %s of the %s did not stop within %ss of being cancelled",
                         task.get_name(), self.name, grace_s)
+        return len(pending)
 
 
 class Blocker:

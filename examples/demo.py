@@ -3,7 +3,11 @@
 `build_demo_runtime` registers the demo classes (the flaky one with a retry
 policy fast enough to watch it reach a dead letter in under a minute), and
 `drive_demo` keeps them busy: leases granted and expiring, clicks flushed, and
-now and then a flaky alarm armed.
+now and then a flaky alarm armed. Four festival days run beside them; the fourth
+(`hsf-day4`) fails for good on `notify_partners` while the partner API is down
+(an injected `step_raise` fault), and once the outage is over (the fault
+cleared) the driver redrives it, as an operator would from the console or with
+the `redrive` ops command.
 """
 
 from __future__ import annotations
@@ -46,6 +50,47 @@ async def _verdict(rt: Runtime, execution_id: str, verdict: str) -> None:
         await rt.clock.sleep(0.1)
 
 
+class RedriveStory:
+    """`hsf-day4`: failed for good while the partners were down; redriven once they are
+    back (`hold_s` after it failed, so the failure can be seen first)."""
+
+    EXECUTION = "hsf-day4"
+
+    def __init__(self, rt: Runtime, outage_fault: str, hold_s: float = 15.0) -> None:
+        self.rt = rt
+        self.outage_fault = outage_fault
+        self.hold_s = hold_s
+        self.failed_ms: int | None = None
+        self.redriven = False
+
+    async def tick(self) -> None:
+        """Look at the execution once; clear the outage and redrive when it is time."""
+        if self.redriven:
+            return
+        status = (await self.rt.executions.describe(self.EXECUTION))["status"]
+        now = self.rt.clock.now_ms()
+        if status != "failed":
+            return
+        if self.failed_ms is None:
+            self.failed_ms = now
+        if now - self.failed_ms < self.hold_s * 1000:
+            return
+        self.rt.faults.clear(self.outage_fault)  # the partners are back
+        await self.rt.executions.redrive(self.EXECUTION, reason="partner API back",
+                                         actor="demo")
+        self.redriven = True
+
+
+async def start_outage_day(rt: Runtime, hold_s: float = 15.0) -> RedriveStory:
+    """Start `hsf-day4` with the partner API down (a fault that always raises)."""
+    fault = rt.faults.inject(RedriveStory.EXECUTION, "step_raise", None,
+                             step="notify_partners")
+    await rt.executions.start("festival-stream", {"eventId": RedriveStory.EXECUTION,
+                                                  "startsInSeconds": 3600},
+                              execution_id=RedriveStory.EXECUTION)
+    return RedriveStory(rt, fault, hold_s)
+
+
 async def start_festivals(rt: Runtime) -> None:
     """Three festival days: one waits for its verdict, one streams, one was cancelled and
     its rollback is stuck on a compensation that keeps failing (it needs a human)."""
@@ -67,8 +112,11 @@ async def drive_demo(rt: Runtime, rng: random.Random | None = None,
     """Generate activity forever (cancel to stop)."""
     rng = rng or random.Random(7)
     await start_festivals(rt)
+    story = await start_outage_day(rt)
     tick = 0
     while True:
+        if tick % 4 == 0:
+            await story.tick()
         tenant = rng.choice(TENANTS)
         await rt.get(LeaseLedger, tenant).grant(f"lease-{tick}", rng.randint(500, 8000))
         for _ in range(rng.randint(1, 5)):

@@ -9,7 +9,10 @@ the execution to a human instead of leaving things half undone.
 
 The outside world is `FestivalServices`; partner notices go through the
 runtime's idempotency ledger keyed by the step, so a notice re-sent after a
-crash is delivered once.
+crash is delivered once. A partner API that stays down fails the notice for
+good (three tries, two seconds apart) and with it the execution; once the
+partners are back, an operator redrives it: the capacity and the page are
+kept, the notice is sent, and the saga goes on to wait for its verdict.
 """
 
 from __future__ import annotations
@@ -23,9 +26,15 @@ from alarmtop.core.durable import (
     DurableContext,
     DurableFunction,
     Duration,
+    RetryPresets,
+    StepConfig,
     durable_execution,
 )
 from alarmtop.core.durable.service import Ledger
+
+# A partner API outage outlasts a few tries: the notice then fails for good, and the
+# execution waits for an operator's redrive rather than retrying for minutes.
+NOTIFY_CONFIG = StepConfig(retry_strategy=RetryPresets.fixed(Duration(2), max_attempts=3))
 
 
 @dataclass
@@ -84,7 +93,8 @@ def build_festival(services: FestivalServices, name: str = "festival-stream",
         async def notify(message: str) -> bool:
             return await services.notify_partners(ctx.idempotency_key("notice"), message)
 
-        await ctx.step(notify, f"{event_id} goes live", name="notify_partners")
+        await ctx.step(notify, f"{event_id} goes live", name="notify_partners",
+                       config=NOTIFY_CONFIG)
         saga.push("notify_partners", notify, f"{event_id} is cancelled")
 
         verdict_cb = await ctx.create_callback(

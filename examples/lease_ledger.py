@@ -25,7 +25,7 @@ class LeaseLedger(DurableObject):
     async def _setup(self) -> None:
         await self.ctx.storage.sql.exec(
             "CREATE TABLE IF NOT EXISTS leases ("
-            " lease_id TEXT PRIMARY KEY, expires_ms INTEGER NOT NULL)")
+            " lease_id TEXT PRIMARY KEY, expires_ms BIGINT NOT NULL)")
         row = (await self.ctx.storage.sql.exec(
             "SELECT min(expires_ms) AS earliest FROM leases")).one()
         if row["earliest"] is not None:

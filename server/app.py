@@ -9,6 +9,16 @@ sockets in `objects`, and who may connect or how fast in `guard`.
 Every WebSocket route checks `Origin` first: browsers send it, and only origins on
 the allow-list (`allow_origins`, none by default) get in; clients that send none
 (the console, scripts) are not browsers and are let through to the token check.
+
+The frames of one `/ops` connection are read in order and each runs in a task of
+its own, answered by id when it ends: a query never waits behind a slow command,
+and a command on a busy object fails alone, at its deadline (see `ops`). A
+connection has at most `MAX_IN_FLIGHT` frames running; past that the next frame
+is read once one of them ends (every one ends by its deadline).
+
+`stop(grace_s)` is bounded: connections get a close frame, and whatever has not
+ended within the grace (a client that never answers the close, a handler stuck
+on an object) is cut off, so `alarmtop serve` and the console quit in time.
 """
 
 from __future__ import annotations
@@ -27,10 +37,12 @@ from websockets.http11 import Request, Response
 
 from alarmtop.core import Runtime
 from alarmtop.core.errors import AlarmtopError
+from alarmtop.core.tasks import Supervisor
 from alarmtop.server.auth import Tokens
 from alarmtop.server.feed import ClientChannel, Feed, Frame
 from alarmtop.server.guard import (
     CLOSE_POLICY,
+    CLOSE_TRY_AGAIN,
     RateLimit,
     Refusal,
     check_bind,
@@ -38,7 +50,7 @@ from alarmtop.server.guard import (
 )
 from alarmtop.server.metrics import Metrics
 from alarmtop.server.objects import ObjectSocketLimits, ObjectSockets, refuse
-from alarmtop.server.ops import QUERY_OPS, OpsService, Session
+from alarmtop.server.ops import DEADLINE_S, QUERY_OPS, OpsService, Session
 from alarmtop.server.wire import (
     MAX_FRAME_BYTES,
     Command,
@@ -64,6 +76,12 @@ QUERY_RATE_PER_S = 500.0
 QUERY_BURST = 1000.0
 CLOSE_TIMEOUT_S = 5.0
 MAX_REJECTED = 20  # consecutive rate-limited frames before the connection is closed
+MAX_IN_FLIGHT = 64  # frames of one connection running at once
+MAX_OPS_CLIENTS = 256  # /ops connections at once (bench/fanout.py runs 100 viewers)
+# Sockets beside the capped ones, counted in the descriptor budget: the listening
+# socket, HTTP scrapes of /metrics, connections still in their handshake.
+SPARE_SOCKETS = 16
+STOP_GRACE_S = 0.5
 
 
 class _Pace:
@@ -102,6 +120,11 @@ class OpsServer:
         query_rate_per_s: queries a second per `/ops` connection.
         allow_origins: browser origins let in (e.g. `https://ops.example.com`).
         object_sockets: caps, pace and tokens of `/objects/...` sockets.
+        command_timeout_s: the deadline of each command's answer.
+        max_clients: `/ops` connections at once.
+
+    The sockets it may hold (its caps) are reserved in the runtime's descriptor
+    budget, checked when the runtime starts (or now, when it runs already).
     """
 
     def __init__(self, runtime: Runtime, tokens: Tokens, host: str = "127.0.0.1",
@@ -110,13 +133,17 @@ class OpsServer:
                  query_rate_per_s: float = QUERY_RATE_PER_S,
                  allow_origins: Iterable[str] = (),
                  object_sockets: ObjectSocketLimits | None = None,
-                 insecure_no_tls: bool = False) -> None:
+                 insecure_no_tls: bool = False, command_timeout_s: float = DEADLINE_S,
+                 max_clients: int = MAX_OPS_CLIENTS) -> None:
         check_bind(host, ssl_context is not None, insecure_no_tls)
         self.rt = runtime
         self.tokens = tokens
         self.host, self.port = host, port
         self._ssl = ssl_context
-        self.ops = OpsService(runtime)
+        self.ops = OpsService(runtime, command_timeout_s)
+        self.max_clients = max_clients
+        self.clients = 0  # /ops connections open, said hello or not
+        self.tasks = Supervisor(None, "ops frames")  # each frame's answer
         self.feed = Feed(self.ops, tick_s)
         self.metrics = Metrics(runtime)
         self.objects = ObjectSockets(runtime, object_sockets or ObjectSocketLimits())
@@ -125,6 +152,10 @@ class OpsServer:
         self._server: Server | None = None
         self._serving = self._stopped = False
         self.viewers = 0
+        self.abandoned = 0  # tasks the last stop() left behind
+        limits = self.objects.limits
+        runtime.reserve_descriptors(
+            "the ops server's sockets", max_clients + limits.max_total + SPARE_SOCKETS)
 
     async def bind(self) -> None:
         """Take the port without accepting connections yet: `alarmtop serve` binds
@@ -151,16 +182,45 @@ class OpsServer:
             self._serving = True
             self.feed.start()
 
-    async def stop(self) -> None:
-        """Close every connection and the port; a second call does nothing."""
+    async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
+        """Close every connection and the port, within `grace_s` (None: however long
+        it takes): what has not ended by then is cut off, and `abandoned` counts the
+        tasks that ignored it. A second call does nothing."""
         if self._stopped:
             return
         self._stopped = True
+        loop = asyncio.get_running_loop()
+        end = None if grace_s is None else loop.time() + grace_s
+
+        def left() -> float | None:
+            return None if end is None else max(0.0, end - loop.time())
+
         await self.feed.stop()
         self.metrics.close()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        server = self._server
+        if server is not None:
+            server.close()
+            try:
+                async with asyncio.timeout(left()):
+                    await server.wait_closed()
+            except TimeoutError:
+                self._cut_off(server)
+                if server.handler_tasks:  # cancelled: most end on the next turn of the loop
+                    await asyncio.wait(set(server.handler_tasks), timeout=min(0.1, left() or 0.1))
+        left_behind = await self.tasks.close(grace_s=left())
+        left_behind += await self.ops.close(grace_s=left())
+        if server is not None:
+            left_behind += sum(not t.done() for t in server.handler_tasks)
+        self.abandoned = left_behind
+
+    def _cut_off(self, server: Server) -> None:
+        """Drop the connections and handlers that did not end in time."""
+        log.warning("stopping the server: %d connections did not close in time; cut off",
+                    len(server.all_connections))
+        for conn in list(server.all_connections):
+            conn.transport.abort()
+        for task in list(server.handler_tasks):
+            task.cancel()
 
     async def __aenter__(self) -> OpsServer:
         await self.start()
@@ -201,7 +261,16 @@ class OpsServer:
         if refusal is not None:
             await refuse(conn, refusal, f"socket on {path[:40]!r}", address)
         elif path == "/ops":
-            await self._ops(conn, address)
+            if self.clients >= self.max_clients:
+                await refuse(conn, Refusal(CLOSE_TRY_AGAIN, f"server full: {self.max_clients}"
+                                           " ops clients connected; try again later"),
+                             "ops client", address)
+                return
+            self.clients += 1
+            try:
+                await self._ops(conn, address)
+            finally:
+                self.clients -= 1
         else:
             await self.objects.serve(conn, path[len("/objects/"):], host, address)
 
@@ -270,10 +339,21 @@ class OpsServer:
 
     async def _serve_commands(self, conn: ServerConnection, channel: ClientChannel,
                               session: Session) -> None:
+        """Read frames in order and pace them as they come; each is answered from a task
+        of its own, by id, when it ends."""
         pace = _Pace(self._rate, self._query_rate)
+        running: set[asyncio.Task[None]] = set()
         async for frame in conn:
-            channel.send_result(encode(await self._answer(frame, session, pace)))
+            msg, refusal = self._admit(frame, pace)
+            task = self.tasks.spawn(self._reply(msg, refusal, session, channel),
+                                    name="ops frame")
+            running.add(task)
+            task.add_done_callback(running.discard)
             if pace.rejected >= MAX_REJECTED:
+                # The refusals are answered first, then the close (bounded: a flood).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await asyncio.wait(set(running))
                 await channel.flush()
                 # A flooding client's unread frames would hold a polite close for the
                 # whole close timeout: send the close frame, then cut the connection.
@@ -284,12 +364,14 @@ class OpsServer:
                 conn.transport.abort()
                 return
             if pace.rejected:
-                await asyncio.sleep(0)  # let the writer answer before reading on
+                await asyncio.sleep(0)  # let the refusal be answered before reading on
+            if len(running) >= MAX_IN_FLIGHT:
+                await asyncio.wait(set(running), return_when=asyncio.FIRST_COMPLETED)
 
-    async def _answer(self, frame: str | bytes, session: Session, pace: _Pace
-                      ) -> dict[str, Any]:
-        """The answer to one frame; every frame that names a command is audited, here
-        (refused before it runs) or by `OpsService.run` (refused, failed or done)."""
+    def _admit(self, frame: str | bytes, pace: _Pace
+               ) -> tuple[Hello | Command | ProtocolError, str | None]:
+        """Decode a frame and spend its pace, in the order frames came: (the message,
+        why it is refused before it runs, or None)."""
         try:
             msg: Hello | Command | ProtocolError = decode(frame)
         except ProtocolError as exc:
@@ -297,10 +379,21 @@ class OpsServer:
         is_query = isinstance(msg, Command) and msg.op in QUERY_OPS
         if not pace.allow(is_query):
             limit = self._query_rate if is_query else self._rate
-            error = (f"rate limited: at most {limit:g} {'queries' if is_query else 'commands'}"
-                     " per second")
-            await self._audit_refusal(session, msg, error)
-            return failure(msg.id if not isinstance(msg, Hello) else None, error)
+            return msg, (f"rate limited: at most {limit:g} "
+                         f"{'queries' if is_query else 'commands'} per second")
+        return msg, None
+
+    async def _reply(self, msg: Hello | Command | ProtocolError, refusal: str | None,
+                     session: Session, channel: ClientChannel) -> None:
+        channel.send_result(encode(await self._answer(msg, refusal, session)))
+
+    async def _answer(self, msg: Hello | Command | ProtocolError, refusal: str | None,
+                      session: Session) -> dict[str, Any]:
+        """The answer to one frame; every frame that names a command is audited, here
+        (refused before it runs) or by `OpsService.run` (refused, failed or done)."""
+        if refusal is not None:
+            await self._audit_refusal(session, msg, refusal)
+            return failure(msg.id if not isinstance(msg, Hello) else None, refusal)
         if isinstance(msg, ProtocolError):
             await self._audit_refusal(session, msg, msg.message)
             return failure(msg.id, msg.message)

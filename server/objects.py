@@ -82,12 +82,8 @@ class SocketTransport:
 
 
 def registered_class(rt: Runtime, class_name: str) -> type | None:
-    """The class registered under `class_name`, read without waking anything.
-
-    The runtime has no public accessor for its classes yet: this is the one place
-    that reads them, until it has one."""
-    cls: type | None = rt._classes.get(class_name)
-    return cls
+    """The class registered under `class_name`, read without waking anything."""
+    return rt.registered_class(class_name)
 
 
 def opts_in(cls: type) -> bool:

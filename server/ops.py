@@ -10,11 +10,24 @@ came from the client is made safe to store first (valid Unicode, bounded), so
 no frame can skip its row. Queries are not audited: the console sends them on
 its own, many a second. Queries page and filter: a client never receives the
 whole world.
+
+Each command has a deadline (`deadline_s`, 5 s by default), and its answer comes
+by then. Waiting for a busy object's turn gives up at the deadline with the
+reason ("ClickCounter/home is busy running its alarm (started 12 s ago)") and
+nothing done. A command that got further is never cut off, because a runtime
+decision on a record must land whole or not at all: at the deadline it is
+answered as failed ("no outcome within 5 s ... left to finish") and audited so,
+then left to finish on its own, and its late outcome is logged. (An execution
+command is audited by the runtime when it ends; one that passes its deadline
+after it started therefore has a second row, the runtime's, with its outcome.)
+A query past its deadline is simply cancelled: it changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,9 +37,11 @@ from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
 from alarmtop.core.alarms.policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import AlarmtopError
+from alarmtop.core.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.storage import keys as K
 from alarmtop.core.storage.interface import ObjectEntry
+from alarmtop.core.tasks import Supervisor, patience
+from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
 from alarmtop.server.listing import (
     KEYED,
     CountCache,
@@ -44,9 +59,33 @@ DEFAULT_PAGE = 50
 ALARM_STATES = ("pending", "running", "retrying", "dead")
 SNAPSHOT_ROWS = 50
 QUERY_OPS = frozenset(op for op, (operator, _) in OPS.items() if not operator)
-EXECUTION_OPS = ("retry_compensation", "resolve", "abort", "hand_to_human")
+# The runtime audits these itself, one row each with the client as actor.
+EXECUTION_OPS = (frozenset({"retry_compensation", "resolve", "abort", "hand_to_human"})
+                 | RUNTIME_AUDITED)
 TARGET_FIELDS = ("object", "target", "fault_id", "callback_id", "execution_id")
 MAX_AUDIT_TEXT = 500  # characters of client text kept in a row about a refused frame
+DEADLINE_S = 5.0  # a command's answer comes within this (alarmtop serve --command-timeout)
+# Beyond the deadline, the time a command that gave up at it (a busy object) has to
+# write its audit row and answer with its own reason rather than a bare timeout.
+ANSWER_GRACE_S = 0.5
+log = logging.getLogger("alarmtop.server")
+
+
+class _Answer:
+    """Who answers a command and writes its one audit row: the command when it ends in
+    time, else its deadline. The first to claim it does."""
+
+    __slots__ = ("claimed", "late")
+
+    def __init__(self) -> None:
+        self.claimed = False
+        self.late = False  # the deadline answered first
+
+    def claim(self, late: bool = False) -> bool:
+        if self.claimed:
+            return False
+        self.claimed, self.late = True, late
+        return True
 
 
 @dataclass(frozen=True)
@@ -98,7 +137,8 @@ def alarm_cursor(rec: AlarmRecord, order: str) -> list[Any]:
 def execution_row(rec: ExecutionRecord) -> dict[str, Any]:
     """An execution as the listings show it (`Executions.list`'s rows)."""
     return {"execution_id": rec.id, "name": rec.name, "status": rec.status.value,
-            "blocked_on": rec.blocked_on, "updated_ms": rec.updated_ms, "saga": rec.saga}
+            "blocked_on": rec.blocked_on, "updated_ms": rec.updated_ms, "saga": rec.saga,
+            "paused": rec.paused is not None}
 
 
 def execution_cursor(rec: ExecutionRecord) -> list[Any]:
@@ -127,9 +167,18 @@ def unkeyed(listing: str, why: str, args: dict[str, Any]) -> None:
 
 
 class OpsService:
-    def __init__(self, runtime: Runtime) -> None:
+    """The commands and queries of the ops channel; `deadline_s` bounds each answer."""
+
+    def __init__(self, runtime: Runtime, deadline_s: float = DEADLINE_S) -> None:
+        if not deadline_s > 0:
+            raise ValueError(f"the command deadline is seconds > 0, not {deadline_s!r}")
         self.rt = runtime
         self.totals = CountCache()
+        self.deadline_s = deadline_s
+        # Commands run in tasks of their own, so that one past its deadline is left to
+        # finish after it was answered; `close()` ends whatever is left at shutdown.
+        self.tasks = Supervisor(None, "ops commands")
+        self._tools = ExecutionTools(runtime)
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
             "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
@@ -140,23 +189,71 @@ class OpsService:
         }
 
     async def run(self, cmd: Command, session: Session) -> Any:
-        """Apply a command; raises `AlarmtopError`/`ProtocolError` with a clear message.
-        A command (not a query) is audited whatever happens."""
+        """Apply a command within its deadline; raises `AlarmtopError`/`ProtocolError`
+        with a clear message. A command (not a query) is audited whatever happens."""
         if not cmd.needs_operator:
-            return await self._handlers[cmd.op](cmd.args)
+            try:
+                async with asyncio.timeout(self.deadline_s):
+                    if cmd.op in TOOL_QUERIES:
+                        return await self._tools.run(cmd.op, cmd.args, session.address,
+                                                     session.role)
+                    return await self._handlers[cmd.op](cmd.args)
+            except TimeoutError:
+                raise CommandTimeout(f"{cmd.op}: no answer within the {self.deadline_s:g} s "
+                                     "deadline; nothing was changed (a query changes "
+                                     "nothing)") from None
         if session.role != "operator":
             error = f"{cmd.op} needs the operator role; this connection is a {session.role}"
             await self._record(session, cmd.op, cmd.args, "refused", error)
             raise PermissionError(error)
-        if cmd.op in EXECUTION_OPS:
-            return await self._execution_action(cmd, session)  # the runtime audits these
+        answer = _Answer()
+        work = self.tasks.spawn(self._apply(cmd, session, answer), name=f"ops {cmd.op}",
+                                report=False)
+        done, _ = await asyncio.wait({work}, timeout=self.deadline_s + ANSWER_GRACE_S)
+        if not done and not answer.claim(late=True):
+            # It ended meanwhile and is writing its row: its own outcome is the answer.
+            done, _ = await asyncio.wait({work}, timeout=ANSWER_GRACE_S)
+        if done:
+            return work.result()
+        target = _target(cmd.args)
+        error = (f"{cmd.op}{' ' + target if target else ''}: no outcome within the "
+                 f"{self.deadline_s:g} s command deadline; it was left to finish rather "
+                 "than cut off halfway, and its outcome will be in the server log")
+        if answer.late:
+            await self._record(session, cmd.op, cmd.args, "failed", error)
+        raise CommandTimeout(error)
+
+    async def _apply(self, cmd: Command, session: Session, answer: _Answer) -> Any:
+        """The command itself, waiting for a busy object no longer than its deadline."""
+        started = time.monotonic()
         try:
-            data = await self._handlers[cmd.op](cmd.args)
+            with patience(self.deadline_s):
+                if cmd.op in EXECUTION_OPS:  # the runtime audits these
+                    data = await self._execution_action(cmd, session)
+                else:
+                    data = await self._handlers[cmd.op](cmd.args)
         except Exception as exc:
-            await self._record(session, cmd.op, cmd.args, "failed", str(exc))
+            if cmd.op not in EXECUTION_OPS and answer.claim():
+                await self._record(session, cmd.op, cmd.args, "failed", str(exc))
+            elif answer.late:
+                self._log_late(cmd, started, f"failed: {exc}")
             raise
-        await self._record(session, cmd.op, cmd.args, "ok", None, _summary(data))
+        if cmd.op not in EXECUTION_OPS and answer.claim():
+            await self._record(session, cmd.op, cmd.args, "ok", None, _summary(data))
+        elif answer.late:
+            self._log_late(cmd, started, "done")
         return data
+
+    def _log_late(self, cmd: Command, started: float, outcome: str) -> None:
+        target = _target(cmd.args)
+        log.warning("%s%s, answered as timed out after %g s, ended %.1f s after it began: "
+                    "%s", cmd.op, f" {target}" if target else "", self.deadline_s,
+                    time.monotonic() - started, safe_text(outcome))
+
+    async def close(self, grace_s: float | None = None) -> int:
+        """End the commands still running (at shutdown, as a crash would end them);
+        how many were left behind."""
+        return await self.tasks.close(grace_s)
 
     async def refused(self, session: Session, msg: Hello | Command | ProtocolError,
                       error: str) -> None:
@@ -227,6 +324,8 @@ class OpsService:
         return {"callback_id": args["callback_id"], "outcome": outcome}
 
     async def _execution_action(self, cmd: Command, session: Session) -> Any:
+        if cmd.op in RUNTIME_AUDITED:
+            return await self._tools.run(cmd.op, cmd.args, session.address, session.role)
         ex, eid = self.rt.executions, cmd.args["execution_id"]
         reason = cmd.args.get("reason")
         kw: dict[str, Any] = {"actor": session.address, "role": session.role}

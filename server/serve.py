@@ -5,6 +5,12 @@ files are checked, the tokens read (a token file others can read is refused),
 the port bound, and only then is the runtime started, new tokens saved and
 printed once. A port in use therefore starts no second runtime on the same data
 and creates no token that nobody saw.
+
+SIGINT or SIGTERM stops it within `STOP_S` (2 s) whatever is running: the server
+gets `SERVER_GRACE_S` to close its connections, the runtime `RUNTIME_GRACE_S` to
+stop; handlers still running are abandoned as a crash would abandon them (their
+'running' rows are crashed attempts at the next start). `leave_now()` then ends a
+process that anything abandoned would otherwise keep alive.
 """
 
 from __future__ import annotations
@@ -14,17 +20,25 @@ import contextlib
 import errno
 import importlib
 import inspect
+import logging
 import os
 import signal
 import ssl
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from alarmtop.core import Runtime
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens, read_tokens, save_tokens
+from alarmtop.server.ops import DEADLINE_S
+
+STOP_S = 2.0  # from SIGINT to the process gone
+SERVER_GRACE_S = 0.5
+RUNTIME_GRACE_S = 1.0
+log = logging.getLogger("alarmtop.server")
 
 
 class ServeError(Exception):
@@ -125,12 +139,16 @@ def bind_error(exc: OSError, host: str, port: int) -> ServeError:
 async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                         tls: ssl.SSLContext | None = None, demo: bool = False,
                         ready: asyncio.Event | None = None, *, insecure_no_tls: bool = False,
-                        allow_origins: Iterable[str] = ()) -> None:
-    """Serve until SIGINT or SIGTERM. Raises `ServeError` (or `TokenFileError`,
-    `ValueError`) with a message for the operator when it cannot start."""
+                        allow_origins: Iterable[str] = (),
+                        command_timeout_s: float = DEADLINE_S) -> bool:
+    """Serve until SIGINT or SIGTERM, then stop within `STOP_S`; returns whether the
+    stop left work behind (see `leave_now`). Raises `ServeError` (or `TokenFileError`,
+    `ValueError`, `DescriptorBudget`) with a message for the operator when it cannot
+    start."""
     tokens, new_roles = read_tokens(data_dir)
     server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
-                       allow_origins=allow_origins)
+                       allow_origins=allow_origins, command_timeout_s=command_timeout_s)
+    rt.check_descriptors()  # before the port: a budget that cannot fit costs nothing
     try:
         await server.bind()
     except OSError as exc:
@@ -141,18 +159,20 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        async with rt:
-            try:
-                await server.start()
-                _announce(server, host, tokens_saved(tokens, new_roles, data_dir))
-                await _until_stopped(rt, stop, demo, ready)
-            finally:
-                await server.stop()  # before the runtime stops: handlers call it
+        await rt.start()
+        try:
+            await server.start()
+            _announce(server, host, tokens_saved(tokens, new_roles, data_dir))
+            await _until_stopped(rt, stop, demo, ready)
+        finally:
+            await server.stop(SERVER_GRACE_S)  # before the runtime stops: handlers call it
+            await rt.stop(RUNTIME_GRACE_S)
     finally:
         await server.stop()  # the port is bound even when the runtime did not start
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+    return bool(rt.abandoned or server.abandoned)
 
 
 def tokens_saved(tokens: Tokens, roles: list[str], data_dir: Path) -> list[tuple[str, str, Path]]:
@@ -182,5 +202,31 @@ async def _until_stopped(rt: Runtime, stop: asyncio.Event, demo: bool,
     finally:
         if driver is not None:
             driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await driver
+            await asyncio.wait({driver}, timeout=SERVER_GRACE_S)  # it ends with the runtime
+
+
+def leave_now(code: int, *, abandoned: bool = False,
+              cleanup: Callable[[], None] | None = None) -> None:
+    """End the process at once when work abandoned at shutdown would keep it alive.
+
+    Two things would: a task that ignores its cancellation (the event loop's close
+    waits for every task, forever), and an object database left open by an
+    abandoned handler (its thread is joined at exit, forever). Then `cleanup` runs,
+    the output is flushed and the process ends with `os._exit`. Nothing is lost by
+    it that a crash would keep: every commit is durable when it returns, and the
+    next start recovers the attempts cut short."""
+    stuck = [t for t in threading.enumerate()
+             if t is not threading.main_thread() and t.is_alive() and not t.daemon
+             and not t.name.startswith(("asyncio_", "ThreadPoolExecutor"))]
+    if not abandoned and not stuck:
+        return
+    log.warning("exiting now: work abandoned at shutdown (%d database threads open); the "
+                "next start recovers it", len(stuck))
+    if cleanup is not None:
+        with contextlib.suppress(Exception):
+            cleanup()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

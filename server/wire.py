@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarmtop.server.execution_ops import tool_ops
+
 PROTOCOL = 1
 MAX_FRAME_BYTES = 1 << 20  # websockets closes the connection (1009) above this
 MAX_DEPTH = 16
@@ -86,6 +88,7 @@ OPS: dict[str, tuple[bool, dict[str, Field]]] = {
                        "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
     "snapshot": (False, {}),
 }
+OPS.update(tool_ops(Field))  # pause, resume, redrive, fork, ... (server/execution_ops.py)
 OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)
 MAX_PAGE = 500
 

@@ -9,11 +9,16 @@ from the server when a frame touches their kind (`screens/listed.py`). Every vie
 is composed once, right after the first one shows, so that a view's first visit
 costs what a later one does. Commands go through `command()`, which refuses for a
 viewer or in read-only mode and names the target in what it says.
+
+While it cannot connect, the header says why ("reconnecting: connection refused:
+..."). `q` leaves at once: the feed is cancelled, not waited for, and the
+connection gets at most `QUIT_CLOSE_S` to close.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from typing import Any, ClassVar
@@ -46,6 +51,7 @@ from alarmtop.tui.screens.target import TargetScreen
 from alarmtop.tui.state import ConsoleState
 
 MAX_BACKOFF_S = 10.0
+QUIT_CLOSE_S = 0.3  # what quitting waits for the connection's close, at most
 COMPOSE_GAP_S = 0.02
 # What an operator command did, for its result line: {target} is what it acted on.
 DONE = {"rearm": "re-armed {target}", "fire_now": "fired {target} now",
@@ -165,6 +171,16 @@ class AlarmtopApp(App[None]):
     def on_unmount(self) -> None:
         collector.thaw()
 
+    async def action_quit(self) -> None:
+        """Leave now, whatever the server is doing: the feed is cancelled (a reconnect
+        or a frame it waits for must not hold the exit), and the connection gets a
+        short while to close politely, then is left to the process's end."""
+        self.workers.cancel_group(self, "feed")
+        with contextlib.suppress(Exception, TimeoutError):
+            async with asyncio.timeout(QUIT_CLOSE_S):
+                await self.client.close()
+        self.exit()
+
     async def on_event(self, event: events.Event) -> None:
         if isinstance(event, (events.Key, events.MouseDown)):
             self.pacer.key(self.clock())
@@ -213,9 +229,12 @@ class AlarmtopApp(App[None]):
                 self.notify(f"the server refused us: {exc}", severity="error", timeout=30)
                 return
             except (Disconnected, OSError) as exc:
-                self.state.connected, self.state.status = False, "disconnected, reconnecting"
+                reason = exc.reason if isinstance(exc, Disconnected) else (
+                    exc.strerror or str(exc))
+                self.state.connected, self.state.status = False, (
+                    f"disconnected, reconnecting: {reason}")
                 self._redraw()
-                self.log.warning(f"feed: {exc}")
+                self.log.warning(f"feed: {reason}")
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
 

@@ -9,6 +9,10 @@ A mistake (a URL that is not a WebSocket URL, a wrong token, nothing listening,
 TLS on one side only, a port in use, a data dir that is a file) is one or two
 lines saying what is wrong and how to fix it, and a non-zero exit: 2 for a bad
 command line, 1 for anything else. Never a traceback for those.
+
+`--demo` without `--data-dir` keeps its data in a temporary folder, removed on
+exit (it says where first). Quitting the demo console (`q`, SIGINT, SIGTERM)
+stops its embedded server and runtime within 2 s whatever is running.
 """
 
 from __future__ import annotations
@@ -16,22 +20,32 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import secrets
+import shutil
+import signal
 import sys
 import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from alarmtop.core import Event, configure_logging
+
+if TYPE_CHECKING:
+    from alarmtop.core import Runtime
+    from alarmtop.server.app import OpsServer
+    from alarmtop.server.auth import Tokens
 
 DEFAULT_URL = "ws://127.0.0.1:8765/ops"
 TOKEN_ARGV_WARNING = ("alarmtop: warning: --token puts the token on the command line, where "
                       "every local user can read it (ps); use --token-file PATH or "
                       "ALARMTOP_OPERATOR_TOKEN instead")
+DEMO_DATA_NOTE = "alarmtop demo: data in {}; removed when you quit (--data-dir keeps it)"
 
 
 class UsageError(Exception):
@@ -108,23 +122,58 @@ def console_token(token_file: Path | None, token: str | None) -> str:
     return found
 
 
-async def _run_demo(data_dir: Path, duration: float | None) -> None:
+def positive_seconds(text: str) -> float:
+    """argparse type of a duration: seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"seconds > 0, e.g. 5, not {text}")
+    return value
+
+
+@contextlib.contextmanager
+def demo_data(data_dir: Path | None) -> Iterator[tuple[Path, Callable[[], None] | None]]:
+    """The demo's data dir: `data_dir` (kept), or a temporary folder removed on exit;
+    with what removes it early, for an exit that cannot wait for the context's end."""
+    if data_dir is not None:
+        yield data_dir, None
+        return
+    with tempfile.TemporaryDirectory(prefix="alarmtop-demo-",
+                                     ignore_cleanup_errors=True) as tmp:
+        print(DEMO_DATA_NOTE.format(tmp), file=sys.stderr, flush=True)
+        yield Path(tmp), functools.partial(shutil.rmtree, tmp, ignore_errors=True)
+
+
+async def _stop_driver(driver: asyncio.Task[None]) -> None:
+    """Cancel the demo's driver without waiting on it beyond a bound (it may be in a
+    call on a stuck object; the runtime's stop deals with that)."""
+    from alarmtop.server.serve import SERVER_GRACE_S
+    driver.cancel()
+    await asyncio.wait({driver}, timeout=SERVER_GRACE_S)
+
+
+async def _run_demo(data_dir: Path, duration: float | None,
+                    cleanup: Callable[[], None] | None = None) -> None:
     from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.server.serve import RUNTIME_GRACE_S, leave_now
 
     rt = build_demo_runtime(data_dir)
     events = rt.events.subscribe()
-    async with rt:
-        driver = asyncio.create_task(drive_demo(rt))
-        try:
-            async with asyncio.timeout(duration):
-                async for event in events:
-                    print(format_event(event), flush=True)
-        except TimeoutError:
-            pass
-        finally:
-            driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await driver
+    await rt.start()
+    driver = asyncio.create_task(drive_demo(rt))
+    try:
+        async with asyncio.timeout(duration):
+            async for event in events:
+                print(format_event(event), flush=True)
+    except TimeoutError:
+        pass
+    finally:
+        await _stop_driver(driver)
+        await rt.stop(RUNTIME_GRACE_S)
+        if rt.abandoned:
+            leave_now(0, abandoned=True, cleanup=cleanup)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,8 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", default=None, help="the access token itself (visible to "
                    "every local user in ps: prefer --token-file or the environment)")
     p.add_argument("--read-only", action="store_true", help="hide and refuse every action")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="act on re-arm and fire now without asking first")
     p.add_argument("--data-dir", type=Path, help="where the demo keeps its data "
-                   "(default: a fresh temporary folder)")
+                   "(default: a temporary folder, removed on exit)")
     p.add_argument("--events", action="store_true",
                    help="with --demo: print the runtime's events instead of the console")
     p.add_argument("--duration", type=float, help="with --demo --events: stop after seconds")
@@ -150,29 +201,55 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _demo_console(data_dir: Path, read_only: bool) -> None:
+@contextlib.asynccontextmanager
+async def embedded(rt: Runtime, tokens: Tokens) -> AsyncIterator[OpsServer]:
+    """`rt` started, with its server on a free local port; on the way out both stop
+    within 2 s whatever is running (handlers still running are abandoned, as a crash
+    would abandon them)."""
+    from alarmtop.server.app import OpsServer
+    from alarmtop.server.serve import RUNTIME_GRACE_S, SERVER_GRACE_S
+
+    server = OpsServer(rt, tokens, "127.0.0.1", 0)  # before start: its sockets are budgeted
+    await rt.start()
+    try:
+        await server.start()
+        yield server
+    finally:
+        await server.stop(SERVER_GRACE_S)
+        await rt.stop(RUNTIME_GRACE_S)
+
+
+async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
+                        cleanup: Callable[[], None] | None = None) -> None:
     """The demo runtime, its server on a free local port, and the console on it."""
     from alarmtop.examples.demo import build_demo_runtime, drive_demo
-    from alarmtop.server.app import OpsServer
     from alarmtop.server.auth import Tokens
+    from alarmtop.server.serve import leave_now
     from alarmtop.tui.app import AlarmtopApp
     from alarmtop.tui.client import WebSocketOpsClient
 
     rt = build_demo_runtime(data_dir)
     tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
-    async with rt:
-        server = OpsServer(rt, tokens, "127.0.0.1", 0)
-        await server.start()
+    async with embedded(rt, tokens) as server:
         driver = asyncio.create_task(drive_demo(rt))
+        app = AlarmtopApp(WebSocketOpsClient(server.url, tokens.operator),
+                          target=f"demo@127.0.0.1:{server.port}", read_only=read_only,
+                          confirm_actions=confirm)
+        loop = asyncio.get_running_loop()
+        # A signal (kill, or Ctrl-C outside the console's raw terminal) quits as q does.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, app.exit)
         try:
-            app = AlarmtopApp(WebSocketOpsClient(server.url, tokens.operator),
-                              target=f"demo@127.0.0.1:{server.port}", read_only=read_only)
             await app.run_async()
         finally:
-            driver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await driver
-            await server.stop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+            await _stop_driver(driver)
+    if rt.abandoned or server.abandoned:
+        # A task ignored its cancellation: the loop's close would wait for it forever.
+        leave_now(0, abandoned=True, cleanup=cleanup)
 
 
 async def probe(url: str, token: str) -> str:
@@ -188,7 +265,8 @@ async def probe(url: str, token: str) -> str:
         await client.close()
 
 
-def _console(url: str, token_file: Path | None, token: str | None, read_only: bool) -> int:
+def _console(url: str, token_file: Path | None, token: str | None, read_only: bool,
+             confirm: bool = True) -> int:
     from alarmtop.tui.app import AlarmtopApp
     from alarmtop.tui.client import CommandError, Disconnected, WebSocketOpsClient
 
@@ -206,7 +284,8 @@ def _console(url: str, token_file: Path | None, token: str | None, read_only: bo
     except Disconnected as exc:
         return _fail(f"cannot connect to {url}: {exc.reason}", 1)
     target = url.split("://", 1)[-1].split("/", 1)[0]
-    app = AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only)
+    app = AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only,
+                      confirm_actions=confirm)
     app.run()
     # The feed stops for good only when the server refuses the token (say, rotated).
     return 1 if app.state.status.startswith("refused") else 0
@@ -234,6 +313,9 @@ def build_serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="a browser origin let in to the WebSocket routes, e.g. "
                    "https://ops.example.com (repeatable; none by default)")
+    p.add_argument("--command-timeout", type=positive_seconds, default=None, metavar="S",
+                   help="seconds an operator command may take before it is answered as "
+                   "failed (default 5)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
     return p
 
@@ -241,10 +323,12 @@ def build_serve_parser() -> argparse.ArgumentParser:
 def serve_main(argv: list[str]) -> int:
     from alarmtop.core.errors import AlarmtopError
     from alarmtop.server.guard import check_bind
+    from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
         ServeError,
         build_runtime,
         check_data_dir,
+        leave_now,
         load_factory,
         serve_forever,
         tls_context,
@@ -267,19 +351,25 @@ def serve_main(argv: list[str]) -> int:
 
     async def run() -> None:
         rt = await build_runtime(factory, args.data_dir)
-        await serve_forever(rt, args.data_dir, args.host, args.port, tls, demo=args.demo,
-                            insecure_no_tls=args.insecure_no_tls,
-                            allow_origins=args.allow_origin)
+        if await serve_forever(rt, args.data_dir, args.host, args.port, tls,
+                               demo=args.demo, insecure_no_tls=args.insecure_no_tls,
+                               allow_origins=args.allow_origin,
+                               command_timeout_s=args.command_timeout or DEADLINE_S):
+            # A task ignored its cancellation: the loop's close would wait for it forever.
+            leave_now(0, abandoned=True)
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run())
     except (ServeError, AlarmtopError, ValueError) as exc:  # TokenFileError is a ValueError
-        return _fail(exc, 1, prog)
+        code = _fail(exc, 1, prog)
     except OSError as exc:  # the data dir, say, changed under us
-        return _fail(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
+        code = _fail(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
                      1, prog)
-    return 0
+    else:
+        code = 0
+    leave_now(code)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,23 +378,31 @@ def main(argv: list[str] | None = None) -> int:
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.demo:
-        return _console(args.url, args.token_file, args.token, args.read_only)
+        return _console(args.url, args.token_file, args.token, args.read_only,
+                        not args.no_confirm)
+    from alarmtop.core.errors import AlarmtopError
+    from alarmtop.server.serve import ServeError, check_data_dir, leave_now
     if args.data_dir is not None:
-        from alarmtop.server.serve import ServeError, check_data_dir
         try:
             check_data_dir(args.data_dir)
         except ServeError as exc:
             return _fail(exc, 2)
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="alarmtop-demo-"))
-    if args.events:
-        configure_logging(json_lines=args.log_json)
-        print(f"alarmtop demo: data in {data_dir}; Ctrl-C to stop", file=sys.stderr)
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run_demo(data_dir, args.duration))
-        return 0
-    # The console owns the terminal: logs would scribble over it.
-    logging.getLogger("alarmtop").addHandler(logging.NullHandler())
-    logging.getLogger("alarmtop").propagate = False
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_demo_console(data_dir, args.read_only))
-    return 0
+    code = 0
+    with demo_data(args.data_dir) as (data_dir, cleanup):
+        try:
+            if args.events:
+                configure_logging(json_lines=args.log_json)
+                print("alarmtop demo: Ctrl-C to stop", file=sys.stderr)
+                with contextlib.suppress(KeyboardInterrupt):
+                    asyncio.run(_run_demo(data_dir, args.duration, cleanup))
+            else:
+                # The console owns the terminal: logs would scribble over it.
+                logging.getLogger("alarmtop").addHandler(logging.NullHandler())
+                logging.getLogger("alarmtop").propagate = False
+                with contextlib.suppress(KeyboardInterrupt):
+                    asyncio.run(_demo_console(data_dir, args.read_only, not args.no_confirm,
+                                              cleanup))
+        except AlarmtopError as exc:  # the descriptor budget, say
+            code = _fail(exc, 1)
+    leave_now(code)  # after the temporary data is removed
+    return code

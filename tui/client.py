@@ -99,7 +99,14 @@ class OpsClient(Protocol):
     async def request(self, op: str, **args: Any) -> Any: ...
 
 
+CLOSE_TIMEOUT_S = 1.0  # a server that does not answer our close is not waited on longer
+
+
 class WebSocketOpsClient:
+    """`/ops` over a WebSocket. A request waits `timeout_s` for its answer (longer than
+    the server's command deadline, so the server's reason comes first) and says so
+    when none comes."""
+
     def __init__(self, url: str, token: str, timeout_s: float = 15.0) -> None:
         self.url = url
         self.token = token
@@ -116,7 +123,8 @@ class WebSocketOpsClient:
         """Connect and say hello; raises `Disconnected` or `CommandError` (bad token)."""
         await self.close()
         try:
-            self._ws = await connect(self.url, open_timeout=self.timeout_s, max_size=None)
+            self._ws = await connect(self.url, open_timeout=self.timeout_s, max_size=None,
+                                     close_timeout=CLOSE_TIMEOUT_S)
             await self._ws.send(json.dumps({"op": "hello", "token": self.token}))
             first = json.loads(await asyncio.wait_for(self._ws.recv(), self.timeout_s))
         except (OSError, ConnectionClosed, TimeoutError, InvalidHandshake, InvalidURI) as exc:
@@ -172,7 +180,12 @@ class WebSocketOpsClient:
         except ConnectionClosed:
             self._pending.pop(cid, None)
             raise Disconnected("connection lost") from None
-        msg = await asyncio.wait_for(fut, self.timeout_s)
+        try:
+            msg = await asyncio.wait_for(fut, self.timeout_s)
+        except TimeoutError:
+            self._pending.pop(cid, None)
+            raise TimeoutError(f"no answer from the server within {self.timeout_s:g} s") \
+                from None
         if not msg.get("ok"):
             raise CommandError(msg.get("error") or "refused")
         return msg.get("data")

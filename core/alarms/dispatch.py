@@ -105,8 +105,8 @@ class AlarmDispatcher:
         """Injected faults on this object: a delay before the handler, or a raise instead."""
         target = f"{rec.object_class}/{rec.object_name}"
         delay = self._faults.take(target, "alarm_delay")
-        if delay is not None and delay.seconds:
-            await self._clock.sleep(delay.seconds)
+        if delay is not None:
+            await self._faults.delay(delay, self._clock)  # clearing the fault ends it
         raise_fault = self._faults.take(target, "alarm_raise")
         if raise_fault is not None:
             raise InjectedFault(raise_fault.id, raise_fault.kind, target)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 import math
 import random
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -26,10 +28,18 @@ MAX_DELAY_S = 30 * 24 * 3600.0  # the longest gap between two attempts
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How failed alarm handlers are retried.
+    """How a failed alarm handler or durable step is retried: the one policy type.
 
     The default retries 6 times, 2 s after the first failure and doubling, so the
-    7 attempts start at about +0, 2, 6, 14, 30, 62 and 126 s.
+    7 attempts start at about +0, 2, 6, 14, 30, 62 and 126 s. Steps take it
+    through the AWS-shaped `RetryStrategyConfig` (`alarmtop.core.durable`), whose
+    `max_attempts` is `max_retries + 1` and whose FULL/HALF jitter is a `jitter`
+    of 1.0/0.5.
+
+    `retryable_errors` (message texts or patterns) and `retryable_error_types`
+    narrow what is retried; left None, every failure is. Steps consult them (a
+    step's exception is at hand); alarm retries do not (a handler that must
+    not be retried deletes its alarm instead).
     """
 
     max_retries: int = 6
@@ -37,6 +47,8 @@ class RetryPolicy:
     backoff_rate: float = 2.0
     max_delay_s: float | None = None
     jitter: float = 0.0  # fraction of each delay drawn at random, 0 <= jitter <= 1
+    retryable_errors: Sequence[str | re.Pattern[str]] | None = None
+    retryable_error_types: Sequence[type[BaseException]] | None = None
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -45,6 +57,26 @@ class RetryPolicy:
             raise ValueError("RetryPolicy needs initial_delay_s >= 0 and backoff_rate >= 1")
         if not 0.0 <= self.jitter <= 1.0:
             raise ValueError("RetryPolicy.jitter is a fraction between 0 and 1")
+
+
+def is_retryable(policy: RetryPolicy, error: BaseException) -> bool:
+    """Whether `error` is one the policy retries (by message text or type)."""
+    if policy.retryable_errors is None and policy.retryable_error_types is None:
+        return True
+    text = str(error)
+    by_message = any(p.search(text) if isinstance(p, re.Pattern) else p in text
+                     for p in policy.retryable_errors or ())
+    return by_message or isinstance(error, tuple(policy.retryable_error_types or ()))
+
+
+def retry_after(policy: RetryPolicy, error: BaseException, retries_so_far: int,
+                rng: random.Random | None = None) -> float | None:
+    """Seconds until the next try after a failure, or None: do not retry.
+
+    `retries_so_far` counts the retries already made (0 after the first attempt)."""
+    if retries_so_far >= policy.max_retries or not is_retryable(policy, error):
+        return None
+    return next_delay(policy, retries_so_far + 1, rng)
 
 
 def next_delay(policy: RetryPolicy, retry_number: int, rng: random.Random | None = None) -> float:

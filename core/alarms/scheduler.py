@@ -101,7 +101,7 @@ class AlarmScheduler:
 
     async def _recover_crashed(self) -> None:
         while True:
-            running = await self.index.in_state(AlarmState.RUNNING.value, 1000)
+            running = await self.index.in_state(AlarmState.RUNNING.value, 1000, mine=True)
             if not running:
                 return
             for rec in running:
@@ -117,6 +117,20 @@ class AlarmScheduler:
         out = await self.commit(rec.key, tr)
         self.log_failure(rec, error, crashed=True)
         return out
+
+    # -- shards held (a fleet) ------------------------------------------------------------
+
+    def forget(self, lost: Callable[[AlarmKey], bool]) -> None:
+        """Stop running the alarms of objects this node no longer holds (an attempt in
+        flight ends as it will: its writes are fenced out)."""
+        self.window.drop(lost)
+
+    async def reload(self) -> None:
+        """This node holds more shards: their attempts cut short count as crashed, and the
+        window is loaded again to take in their alarms."""
+        await self._recover_crashed()
+        self.window.unload()
+        self._wakeup.poke()
 
     # -- attempts in flight ---------------------------------------------------------------
 
@@ -372,7 +386,7 @@ class AlarmScheduler:
         """Catch overdue alarms the window missed; remind about dead letters."""
         now = self._clock.now_ms()
         found = 0
-        for rec in await self.index.in_state(AlarmState.RUNNING.value, 1000):
+        for rec in await self.index.in_state(AlarmState.RUNNING.value, 1000, mine=True):
             # 'running' with nobody running it: its end was never recorded.
             if rec.key not in self.running and rec.key not in self._repairs:
                 self.repair_later(rec, "the end of the attempt was never recorded")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState
 
@@ -87,6 +87,17 @@ class DueWindow:
             del entry[key]
             return self.records[key]
         return None
+
+    def drop(self, which: Callable[[AlarmKey], bool]) -> None:
+        """Forget the alarms whose key `which` picks (not those in flight)."""
+        for key in [k for k, r in self.records.items()
+                    if r.state is not AlarmState.RUNNING and which(k)]:
+            self.remove(key)
+
+    def unload(self) -> None:
+        """Forget what was loaded (not what is in flight): the next refill starts over."""
+        self.drop(lambda key: True)
+        self.horizon_ms = -math.inf
 
     def needs_refill(self) -> bool:
         return self.horizon_ms != math.inf and len(self.records) < self.capacity // 4

@@ -23,6 +23,7 @@ from alarmtop.core.durable.errors import (
     error_object,
 )
 from alarmtop.core.durable.operations import OpStatus, OpType, payload
+from alarmtop.core.durable.replay import advance
 
 if TYPE_CHECKING:
     from alarmtop.core.durable.context import DurableContext
@@ -145,8 +146,9 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
     inv = ctx._inv
     op_id = ctx._next_id()
     rec = ctx._lookup(op_id, OpType.CONTEXT, spec.kind, name)
-    if rec is not None and rec.status is OpStatus.SUCCEEDED:
-        return BatchResult.from_dict((spec.serdes or JSON_SERDES).deserialize(rec.result or "{}"))
+    done, recorded = ctx._replayed(rec, spec.serdes or JSON_SERDES, ChildContextError)
+    if done:
+        return BatchResult.from_dict(recorded)
     if rec is None:
         rec = ctx._new(op_id, OpType.CONTEXT, spec.kind, name)
         await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
@@ -216,7 +218,8 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
         set(results) | set(suspended) | set(running))]
     batch = BatchResult(items, reason)
     text = (spec.serdes or JSON_SERDES).serialize(batch.to_dict())
-    rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, ctx.now_ms()
+    advance(rec, OpStatus.SUCCEEDED)
+    rec.result, rec.ended_ms = text, ctx._clock_ms()
     await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
     return batch
 

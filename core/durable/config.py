@@ -1,9 +1,10 @@
 """Configuration of durable operations, mirroring the AWS Durable Execution SDK.
 
-Durations are whole seconds; retry strategies are plain functions
+Durations are whole seconds; retry strategies are callables
 `(error, attempts_made) -> RetryDecision`, built by `create_retry_strategy` from
-a config or taken from `RetryPresets`. All of it is pure: no I/O, and jitter
-comes from an injectable `random.Random`.
+a config or taken from `RetryPresets`: a thin layer over the one `RetryPolicy`
+that alarms use too. All of it is pure: no I/O, and jitter comes from an
+injected `random.Random` (the engine's seeded one, for a running execution).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarmtop.core.alarms.policy import RetryPolicy, retry_after
 from alarmtop.core.durable.errors import ValidationError
 
 
@@ -57,14 +59,24 @@ class JitterStrategy(enum.StrEnum):
     FULL = "FULL"
     HALF = "HALF"
 
+    @property
+    def fraction(self) -> float:
+        """The share of each delay drawn at random (`RetryPolicy.jitter`)."""
+        return {"NONE": 0.0, "FULL": 1.0, "HALF": 0.5}[self.value]
+
     def finalize_delay(self, base: float, rng: random.Random | None = None) -> int:
         """Apply jitter, round up, and never go below one second."""
-        r = (rng or random).random()
+        r = (rng or _FALLBACK_RNG).random()
         if self is JitterStrategy.FULL:
             base = r * base
         elif self is JitterStrategy.HALF:
             base = base / 2 + r * base / 2
         return max(1, math.ceil(base))
+
+
+# Only for a strategy called by hand with no rng anywhere: the engine always passes
+# its own seeded one, so a running execution never draws from here (or from `random`).
+_FALLBACK_RNG = random.Random()
 
 
 @dataclass(frozen=True)
@@ -90,6 +102,8 @@ RetryStrategy = Callable[[BaseException, int], RetryDecision]
 
 @dataclass(frozen=True)
 class RetryStrategyConfig:
+    """The AWS SDK's retry settings; `policy()` is the `RetryPolicy` they mean."""
+
     max_attempts: int = 3
     initial_delay: Duration = Duration(5)
     max_delay: Duration = Duration(300)
@@ -98,31 +112,53 @@ class RetryStrategyConfig:
     retryable_errors: Sequence[str | re.Pattern[str]] | None = None
     retryable_error_types: Sequence[type[BaseException]] | None = None
 
+    def policy(self) -> RetryPolicy:
+        try:
+            return RetryPolicy(
+                max_retries=max(0, self.max_attempts - 1),
+                initial_delay_s=float(self.initial_delay.seconds),
+                backoff_rate=self.backoff_rate, max_delay_s=float(self.max_delay.seconds),
+                jitter=JitterStrategy(self.jitter_strategy).fraction,
+                retryable_errors=self.retryable_errors,
+                retryable_error_types=self.retryable_error_types)
+        except ValueError as exc:
+            raise ValidationError(f"bad RetryStrategyConfig: {exc}") from None
 
-def _retryable(error: BaseException, cfg: RetryStrategyConfig) -> bool:
-    patterns: Sequence[str | re.Pattern[str]]
-    if cfg.retryable_errors is None and cfg.retryable_error_types is None:
-        return True
-    patterns = cfg.retryable_errors or ()
-    text = str(error)
-    by_message = any(p.search(text) if isinstance(p, re.Pattern) else p in text for p in patterns)
-    by_type = any(isinstance(error, t) for t in cfg.retryable_error_types or ())
-    return by_message or by_type
+
+class PolicyStrategy:
+    """A retry strategy over one `RetryPolicy`: `(error, attempts_made) -> RetryDecision`,
+    as in the AWS SDK, plus the rng to draw jitter from (the engine passes its own).
+
+    Delays are whole seconds, at least one (durable waits are), rounded up."""
+
+    __slots__ = ("policy", "rng")
+
+    def __init__(self, policy: RetryPolicy, rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self.rng = rng
+
+    def __call__(self, error: BaseException, attempts_made: int,
+                 rng: random.Random | None = None) -> RetryDecision:
+        delay = retry_after(self.policy, error, attempts_made - 1,
+                            rng or self.rng or _FALLBACK_RNG)
+        if delay is None:
+            return RetryDecision.no_retry()
+        return RetryDecision.retry(Duration(max(1, math.ceil(delay))))
+
+
+def decide_retry(strategy: RetryStrategy, error: BaseException, attempts_made: int,
+                 rng: random.Random) -> RetryDecision:
+    """Ask `strategy` about a failure, handing it `rng` when it takes one (a strategy
+    of the user's own is a plain `(error, attempts) -> RetryDecision`)."""
+    if isinstance(strategy, PolicyStrategy):
+        return strategy(error, attempts_made, rng)
+    return strategy(error, attempts_made)
 
 
 def create_retry_strategy(config: RetryStrategyConfig | None = None,
                           rng: random.Random | None = None) -> RetryStrategy:
     """Exponential backoff: `min(initial * rate**(n-1), max)`, jittered, at least 1 s."""
-    cfg = config or RetryStrategyConfig()
-
-    def strategy(error: BaseException, attempts_made: int) -> RetryDecision:
-        if attempts_made >= cfg.max_attempts or not _retryable(error, cfg):
-            return RetryDecision.no_retry()
-        base = min(cfg.initial_delay.seconds * cfg.backoff_rate ** (attempts_made - 1),
-                   cfg.max_delay.seconds)
-        return RetryDecision.retry(Duration(cfg.jitter_strategy.finalize_delay(base, rng)))
-
-    return strategy
+    return PolicyStrategy((config or RetryStrategyConfig()).policy(), rng)
 
 
 class RetryPresets:
@@ -310,11 +346,20 @@ class WaitStrategyConfig:
     jitter_strategy: JitterStrategy = JitterStrategy.FULL
 
 
-def create_wait_strategy(config: WaitStrategyConfig,
-                         rng: random.Random | None = None) -> WaitStrategy:
-    from alarmtop.core.durable.errors import WaitForConditionError
+class PollStrategy:
+    """A wait strategy `(state, attempt) -> WaitForConditionDecision` built from a
+    `WaitStrategyConfig`, drawing jitter from the rng it is handed (the engine's)."""
 
-    def strategy(state: Any, attempt: int) -> WaitForConditionDecision:
+    __slots__ = ("config", "rng")
+
+    def __init__(self, config: WaitStrategyConfig, rng: random.Random | None = None) -> None:
+        self.config = config
+        self.rng = rng
+
+    def __call__(self, state: Any, attempt: int,
+                 rng: random.Random | None = None) -> WaitForConditionDecision:
+        from alarmtop.core.durable.errors import WaitForConditionError
+        config = self.config
         if not config.should_continue_polling(state):
             return WaitForConditionDecision.stop_polling()
         if attempt >= config.max_attempts:
@@ -322,6 +367,17 @@ def create_wait_strategy(config: WaitStrategyConfig,
         base = min(config.initial_delay.seconds * config.backoff_rate ** (attempt - 1),
                    config.max_delay.seconds)
         return WaitForConditionDecision.continue_waiting(
-            Duration(config.jitter_strategy.finalize_delay(base, rng)))
+            Duration(config.jitter_strategy.finalize_delay(base, rng or self.rng)))
 
-    return strategy
+
+def decide_poll(strategy: WaitStrategy, state: Any, attempt: int,
+                rng: random.Random) -> WaitForConditionDecision:
+    """Ask a wait strategy about a polled state, handing it `rng` when it takes one."""
+    if isinstance(strategy, PollStrategy):
+        return strategy(state, attempt, rng)
+    return strategy(state, attempt)
+
+
+def create_wait_strategy(config: WaitStrategyConfig,
+                         rng: random.Random | None = None) -> WaitStrategy:
+    return PollStrategy(config, rng)

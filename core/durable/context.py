@@ -17,6 +17,7 @@ import inspect
 import json
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from alarmtop.core.durable.batch import BatchResult, BatchSpec, run_batch
@@ -35,6 +36,8 @@ from alarmtop.core.durable.config import (
     StepSemantics,
     WaitForCallbackConfig,
     WaitForConditionConfig,
+    decide_poll,
+    decide_retry,
 )
 from alarmtop.core.durable.errors import (
     CallbackExternalError,
@@ -46,7 +49,7 @@ from alarmtop.core.durable.errors import (
     ExecutionAborted,
     InvocationCrash,
     InvokeError,
-    NonDeterministicExecutionError,
+    ReplayFrontier,
     StepError,
     StepInterruptedError,
     SuspendExecution,
@@ -64,6 +67,15 @@ from alarmtop.core.durable.operations import (
     make_event,
     payload,
 )
+from alarmtop.core.durable.replay import (
+    HUMAN,
+    Outcome,
+    advance,
+    mark_key,
+    match,
+    resolve,
+    suspend_reason,
+)
 from alarmtop.core.errors import StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
 from alarmtop.core.storage.interface import ExecutionStore, LogChain
@@ -73,7 +85,6 @@ if TYPE_CHECKING:
     from alarmtop.core.durable.saga import Saga
 
 T = TypeVar("T")
-HUMAN = "HumanDecision"
 REPLAY_CHILDREN_BYTES = 256 * 1024
 
 # The step whose body is running, for the idempotency ledger and faults.
@@ -110,7 +121,8 @@ class Invocation:
 
     def __init__(self, record: ExecutionRecord, ops: dict[str, OperationRecord],
                  next_event_id: int, store: ExecutionStore, clock: Clock,
-                 faults: FaultRegistry, rng: random.Random) -> None:
+                 faults: FaultRegistry, rng: random.Random,
+                 marks: dict[str, str] | None = None, *, replay_only: bool = False) -> None:
         self.record = record
         self.ops = ops
         self.next_event_id = next_event_id
@@ -121,6 +133,15 @@ class Invocation:
         self.sagas: list[Saga] = []
         self.chain = LogChain()  # its writes land in order or not at all
         self.replaying_until = len(ops)
+        # Values `now()` and `random()` gave, by `replay.mark_key`; new ones ride the
+        # next checkpoint (whatever used them lands with or after them).
+        self.marks = marks if marks is not None else {}
+        self.new_marks: dict[str, str] = {}
+        # A replay-only run (the replay check) runs no body and writes nothing: it
+        # stops (`ReplayFrontier`) where it would; `visited` says what it replayed.
+        self.replay_only = replay_only
+        self.visited: list[str] = []
+        self.met = 0  # operations looked up so far (a divergence's index)
         # Announces history events once their checkpoint has landed; set by the engine.
         self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
         # Starts another execution (for invoke); set by the engine.
@@ -136,10 +157,30 @@ class Invocation:
         self.next_event_id += 1
         return ev
 
+    def frontier(self, op_id: str) -> None:
+        """In a replay-only run, stop where the handler would run or write something."""
+        if self.replay_only:
+            raise ReplayFrontier(f"operation {op_id} has no recorded outcome: it would run "
+                                 "here", None, op_id)
+
+    def take_marks(self) -> dict[str, str]:
+        """The `now()`/`random()` values not yet given to a checkpoint."""
+        taken, self.new_marks = self.new_marks, {}
+        return taken
+
     async def save(self, op: OperationRecord, *events: dict[str, Any], wait: bool = True) -> None:
         """Checkpoint `op` with `events`; its events are announced once it has landed."""
+        if self.replay_only:
+            self.frontier(op.id)  # never written in a replay-only run
         self.ops[op.id] = op
-        fut = self.store.checkpoint(self.record.id, None, [op], events, self.chain)
+        record = None
+        if self.new_marks and not self.record.has_marks:
+            # The record says so with the first values, in the same write: a later load
+            # knows to read them, even if this invocation dies before its end.
+            self.record.has_marks = True
+            record = self.record
+        fut = self.store.checkpoint(self.record.id, record, [op], events, self.chain,
+                                    marks=self.take_marks() if self.new_marks else None)
         announce = self.announce if events else None
         if wait:
             try:
@@ -186,15 +227,9 @@ class Callback:
 
     async def result(self) -> Any:
         """The payload sent with success; raises on failure or timeout; suspends until then."""
-        rec = self._ctx._inv.ops[self.op_id]
-        if rec.status is OpStatus.SUCCEEDED:
-            return None if rec.result is None else self._serdes.deserialize(rec.result)
-        if rec.status is OpStatus.FAILED:
-            raise CallbackExternalError.from_error_object(rec.error or {})
-        if rec.status is OpStatus.TIMED_OUT:
-            raise CallbackTimeoutError.from_error_object(rec.error or {})
-        raise SuspendExecution(f"waiting for callback {self.name or self.op_id!r}",
-                               op_id=self.op_id)
+        _, value = self._ctx._replayed(self._ctx._inv.ops[self.op_id], self._serdes,
+                                       CallbackExternalError, CallbackTimeoutError)
+        return value
 
 
 class DurableContext:
@@ -207,6 +242,9 @@ class DurableContext:
         # A FLAT batch branch has no record of its own: its operations name the batch.
         self._record_parent = parent_for_records or parent_id
         self._counter = 0
+        # How many values `now()`/`random()` took since operation `_marks_at`.
+        self._marks_at = 0
+        self._marks_taken = 0
 
     # -- identity and helpers -------------------------------------------------------------
 
@@ -215,7 +253,35 @@ class DurableContext:
         return self._inv.execution_id
 
     def now_ms(self) -> int:
-        """The runtime clock. Record it in a step if a later replay must see the same value."""
+        """The runtime clock's epoch ms, recorded: every replay of this point of the
+        handler (after a wait, a crash, a redrive) sees the same value."""
+        return int(self._mark("now", lambda: str(self._clock_ms())))
+
+    def now(self) -> datetime:
+        """`now_ms()` as an aware UTC datetime (recorded the same way)."""
+        return datetime.fromtimestamp(self.now_ms() / 1000, tz=UTC)
+
+    def random(self) -> random.Random:
+        """A `random.Random` whose seed is recorded: replays draw the same numbers."""
+        return random.Random(int(self._mark("random",
+                                            lambda: str(self._inv.rng.getrandbits(64)))))
+
+    def _mark(self, kind: str, fresh: Callable[[], str]) -> str:
+        """The recorded value of the next `kind` taken here, made by `fresh` the first
+        time (outside the history: the AWS events are not touched)."""
+        inv = self._inv
+        n = self._marks_taken = self._marks_taken + 1 if self._marks_at == self._counter else 1
+        self._marks_at = self._counter
+        key = mark_key(self._parent_id, self._counter, kind, n)
+        value = inv.marks.get(key)
+        if value is None:
+            value = fresh()
+            if not inv.replay_only:
+                inv.marks[key] = inv.new_marks[key] = value
+        return value
+
+    def _clock_ms(self) -> int:
+        """The clock for the engine's own bookkeeping (never recorded)."""
         return self._inv.clock.now_ms()
 
     def is_replaying(self) -> bool:
@@ -243,21 +309,37 @@ class DurableContext:
 
     def _lookup(self, op_id: str, op_type: OpType, sub_type: str,
                 name: str | None) -> OperationRecord | None:
-        rec = self._inv.ops.get(op_id)
-        if rec is None:
-            return None
-        if (rec.type, rec.sub_type, rec.name) != (op_type, sub_type, name):
-            raise NonDeterministicExecutionError(
-                f"replay diverged at operation {op_id}: the log has {rec.type.value} "
-                f"{rec.sub_type} {rec.name!r}, the handler now calls {op_type.value} {sub_type} "
-                f"{name!r}; the handler code changed for a running execution. Deploy the "
-                "old code under its version, or abort this execution", op_id)
+        inv = self._inv
+        rec = match(inv.ops.get(op_id), op_id, op_type, sub_type, name, inv.met)
+        inv.met += 1
+        if inv.replay_only:
+            inv.visited.append(op_id)
         return rec
+
+    def _replayed(self, rec: OperationRecord | None, serdes: SerDes,
+                  error: type[DurableOperationError],
+                  timed_out: type[DurableOperationError] | None = None) -> tuple[bool, Any]:
+        """The one check of a recorded outcome: `(True, value)` for a recorded result;
+        raises the recorded error (`timed_out` for a timeout, when given) or suspends
+        on what the log waits for; `(False, None)` when the operation must run."""
+        if rec is None:
+            return False, None  # nothing recorded: the common case, kept short
+        found = resolve(rec, self._clock_ms())
+        if found.outcome is Outcome.VALUE:
+            return True, None if found.text is None else serdes.deserialize(found.text)
+        if found.outcome is Outcome.ERROR:
+            cls = timed_out if timed_out and found.status is OpStatus.TIMED_OUT else error
+            raise cls.from_error_object(found.error or {})
+        if found.outcome is Outcome.SUSPEND and rec is not None:
+            raise SuspendExecution(suspend_reason(rec), found.until_ms, rec.id)
+        return False, None
 
     def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None,
              **fields: Any) -> OperationRecord:
+        if self._inv.replay_only:
+            self._inv.frontier(op_id)
         return OperationRecord(op_id, op_type, sub_type, name, self._record_parent,
-                               started_ms=self.now_ms(), **fields)
+                               started_ms=self._clock_ms(), **fields)
 
     # -- step -----------------------------------------------------------------------------
 
@@ -277,22 +359,18 @@ class DurableContext:
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.STEP, sub_type, name)
         serdes = cfg.serdes or JSON_SERDES
-        if rec is not None:
-            if rec.status is OpStatus.SUCCEEDED:
-                return None if rec.result is None else serdes.deserialize(rec.result)
-            if rec.status is OpStatus.FAILED:
-                raise StepError.from_error_object(rec.error or {})
-            if rec.status is OpStatus.PENDING and (rec.next_attempt_ms or 0) > self.now_ms():
-                raise SuspendExecution(f"step {name or op_id!r} retries at "
-                                       f"{iso(rec.next_attempt_ms or 0)}",
-                                       rec.next_attempt_ms, op_id)
-        else:
+        done, value = self._replayed(rec, serdes, StepError)
+        if done:
+            return value
+        if rec is None:
             rec = self._new(op_id, OpType.STEP, sub_type, name, status=OpStatus.READY)
         return await self._attempt(rec, fn, args, cfg, serdes)
 
     async def _attempt(self, rec: OperationRecord, fn: Callable[..., Any], args: tuple[Any, ...],
                        cfg: StepConfig, serdes: SerDes) -> Any:
         inv = self._inv
+        if inv.replay_only:
+            inv.frontier(rec.id)  # a replay-only run never runs a body
         label = rec.name or rec.id
         at_most_once = cfg.step_semantics is StepSemantics.AT_MOST_ONCE_PER_RETRY
         interrupted = rec.status is OpStatus.STARTED
@@ -305,8 +383,8 @@ class DurableContext:
         # goes with the outcome: one checkpoint and one copy of the record.
         started: tuple[dict[str, Any], ...] = ()
         if not interrupted:
-            rec.status, rec.attempt = OpStatus.STARTED, rec.attempt + 1
-            rec.started_ms = self.now_ms()
+            advance(rec, OpStatus.STARTED).attempt += 1
+            rec.started_ms = self._clock_ms()
             started = (inv.event("StepStarted", rec),)
             if at_most_once or inv.faults_armed():
                 await inv.save(rec, *started, wait=at_most_once)
@@ -333,8 +411,8 @@ class DurableContext:
             return await self._step_failed(rec, StepConfig(RetryPresets.none()), bad,
                                            rec.attempt, started)
         inv.crash_point(label, "B")
-        rec.status, rec.result, rec.error, rec.ended_ms = (OpStatus.SUCCEEDED, text, None,
-                                                           self.now_ms())
+        advance(rec, OpStatus.SUCCEEDED)
+        rec.result, rec.error, rec.ended_ms = text, None, self._clock_ms()
         await inv.save(rec, *started, inv.event("StepSucceeded", rec, {
             "Result": payload(text), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
         inv.crash_point(label, "C")
@@ -345,18 +423,18 @@ class DurableContext:
         """Record a failed attempt (after its start, when that is still held back)."""
         inv = self._inv
         strategy = cfg.retry_strategy or RetryPresets.default()
-        decision = strategy(exc, attempt)
+        decision = decide_retry(strategy, exc, attempt, inv.rng)
         err = error_object(exc)
         rec.error = err
         if decision.should_retry:
             delay = max(1, decision.delay_seconds)
-            rec.status, rec.next_attempt_ms = OpStatus.PENDING, self.now_ms() + delay * 1000
+            advance(rec, OpStatus.PENDING).next_attempt_ms = self._clock_ms() + delay * 1000
             await inv.save(rec, *started, inv.event("StepFailed", rec, {
                 "Error": error_payload(err),
                 "RetryDetails": {"CurrentAttempt": attempt, "NextAttemptDelaySeconds": delay}}))
             raise SuspendExecution(f"step {rec.name or rec.id!r} retries in {delay}s",
                                    rec.next_attempt_ms, rec.id)
-        rec.status, rec.ended_ms = OpStatus.FAILED, self.now_ms()
+        advance(rec, OpStatus.FAILED).ended_ms = self._clock_ms()
         await inv.save(rec, *started, inv.event("StepFailed", rec, {
             "Error": error_payload(err), "RetryDetails": {"CurrentAttempt": attempt}}))
         raise StepError.from_error_object(err)
@@ -371,15 +449,12 @@ class DurableContext:
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.WAIT, "Wait", name)
         if rec is None:
-            end = self.now_ms() + seconds * 1000
+            end = self._clock_ms() + seconds * 1000
             rec = self._new(op_id, OpType.WAIT, "Wait", name, scheduled_end_ms=end,
                             duration_s=seconds)
             await self._inv.save(rec, self._inv.event("WaitStarted", rec, {
                 "Duration": seconds, "ScheduledEndTimestamp": iso(end)}))
-        if rec.status is OpStatus.SUCCEEDED:
-            return
-        raise SuspendExecution(f"waiting {rec.duration_s}s until {iso(rec.scheduled_end_ms or 0)}",
-                               rec.scheduled_end_ms, op_id)
+        self._replayed(rec, JSON_SERDES, DurableOperationError)
 
     # -- callbacks ------------------------------------------------------------------------
 
@@ -390,7 +465,7 @@ class DurableContext:
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.CALLBACK, "Callback", name)
         if rec is None:
-            now = self.now_ms()
+            now = self._clock_ms()
             rec = self._new(op_id, OpType.CALLBACK, "Callback", name,
                             callback_id=encode_callback_id(self.execution_id, op_id))
             details: dict[str, Any] = {"CallbackId": rec.callback_id}
@@ -448,13 +523,13 @@ class DurableContext:
         `parent_id` overrides the record's parent (a batch branch names its batch)."""
         inv = self._inv
         rec = self._lookup(op_id, OpType.CONTEXT, sub_type, name)
-        if rec is not None and rec.status is OpStatus.SUCCEEDED:
-            if rec.extra.get("replay_children"):
-                # Too large to checkpoint: rebuilt by replaying the children's records.
-                return serdes.deserialize(serdes.serialize(await fn(DurableContext(inv, op_id))))
-            return None if rec.result is None else serdes.deserialize(rec.result)
-        if rec is not None and rec.status is OpStatus.FAILED:
-            raise ChildContextError.from_error_object(rec.error or {})
+        if rec is not None and rec.status is OpStatus.SUCCEEDED and rec.extra.get(
+                "replay_children"):
+            # Too large to checkpoint: rebuilt by replaying the children's records.
+            return serdes.deserialize(serdes.serialize(await fn(DurableContext(inv, op_id))))
+        done, replayed = self._replayed(rec, serdes, ChildContextError)
+        if done:
+            return replayed
         if rec is None:
             rec = self._new(op_id, OpType.CONTEXT, sub_type, name)
             if parent_id is not None:
@@ -464,12 +539,14 @@ class DurableContext:
             value = await fn(DurableContext(inv, op_id))
         except Exception as exc:
             err = error_object(exc)
-            rec.status, rec.error, rec.ended_ms = OpStatus.FAILED, err, self.now_ms()
+            advance(rec, OpStatus.FAILED)
+            rec.error, rec.ended_ms = err, self._clock_ms()
             await inv.save(rec, inv.event("ContextFailed", rec, {"Error": error_payload(err)}))
             raise ChildContextError.from_error_object(err) from None
         text = serdes.serialize(value)
         details: dict[str, Any] = {"Result": payload(text)}
-        rec.status, rec.result, rec.ended_ms = OpStatus.SUCCEEDED, text, self.now_ms()
+        advance(rec, OpStatus.SUCCEEDED)
+        rec.result, rec.ended_ms = text, self._clock_ms()
         if len(text.encode()) > REPLAY_CHILDREN_BYTES:
             # As in the AWS SDK: keep the log small, rebuild the result on replay.
             rec.result, rec.extra = "", {**rec.extra, "replay_children": True}
@@ -523,9 +600,12 @@ class DurableContext:
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
         if rec is None:
+            inv.frontier(op_id)
             assert inv.start_child is not None
             text = (cfg.serdes_payload or JSON_SERDES).serialize(payload_value)
-            child_id = f"{self.execution_id}.{op_id}"
+            # A redriven execution invokes afresh: the child of an earlier run has ended.
+            redrive = f".r{inv.record.redrives}" if inv.record.redrives else ""
+            child_id = f"{self.execution_id}{redrive}.{op_id}"
             version = await inv.start_child(function_name, text, child_id,
                                             f"{self.execution_id}#{op_id}")
             rec = self._new(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
@@ -536,13 +616,8 @@ class DurableContext:
             if tenant_id is not None:
                 details["TenantId"] = tenant_id
             await inv.save(rec, inv.event("ChainedInvokeStarted", rec, details))
-        if rec.status is OpStatus.SUCCEEDED:
-            return None if rec.result is None else (
-                cfg.serdes_result or JSON_SERDES).deserialize(rec.result)
-        if rec.status is OpStatus.FAILED:
-            raise InvokeError.from_error_object(rec.error or {})
-        raise SuspendExecution(f"waiting for {function_name} ({rec.extra.get('child')})",
-                               op_id=op_id)
+        _, value = self._replayed(rec, cfg.serdes_result or JSON_SERDES, InvokeError)
+        return value
 
     # -- wait for condition ---------------------------------------------------------------
 
@@ -554,28 +629,26 @@ class DurableContext:
         serdes = config.serdes or JSON_SERDES
         op_id = self._next_id()
         rec = self._lookup(op_id, OpType.STEP, "WaitForCondition", name)
+        done, value = self._replayed(rec, serdes, WaitForConditionError)
+        if done:
+            return value
         if rec is not None:
-            if rec.status is OpStatus.SUCCEEDED:
-                return None if rec.result is None else serdes.deserialize(rec.result)
-            if rec.status is OpStatus.FAILED:
-                raise WaitForConditionError.from_error_object(rec.error or {})
-            if rec.status is OpStatus.PENDING and (rec.next_attempt_ms or 0) > self.now_ms():
-                raise SuspendExecution(f"condition {name or op_id!r} polls again later",
-                                       rec.next_attempt_ms, op_id)
+            inv.frontier(op_id)
             state = config.initial_state if rec.result is None else serdes.deserialize(rec.result)
         else:
             rec = self._new(op_id, OpType.STEP, "WaitForCondition", name)
             state = config.initial_state
-        rec.status, rec.attempt = OpStatus.STARTED, rec.attempt + 1
+        advance(rec, OpStatus.STARTED).attempt += 1
         await inv.save(rec, inv.event("StepStarted", rec), wait=False)
         try:
             value = check(state)
             if inspect.isawaitable(value):
                 value = await value
-            decision = config.wait_strategy(value, rec.attempt)
+            decision = decide_poll(config.wait_strategy, value, rec.attempt, inv.rng)
         except Exception as exc:
             err = error_object(exc)
-            rec.status, rec.error, rec.ended_ms = OpStatus.FAILED, err, self.now_ms()
+            advance(rec, OpStatus.FAILED)
+            rec.error, rec.ended_ms = err, self._clock_ms()
             await inv.save(rec, inv.event("StepFailed", rec, {
                 "Error": error_payload(err), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
             raise WaitForConditionError.from_error_object(err) from None
@@ -583,14 +656,14 @@ class DurableContext:
         rec.result = text
         if decision.should_continue:
             delay = max(1, decision.delay.seconds)
-            rec.status, rec.next_attempt_ms = OpStatus.PENDING, self.now_ms() + delay * 1000
+            advance(rec, OpStatus.PENDING).next_attempt_ms = self._clock_ms() + delay * 1000
             await inv.save(rec, inv.event("StepSucceeded", rec, {
                 "Result": payload(text),
                 "RetryDetails": {"CurrentAttempt": rec.attempt,
                                  "NextAttemptDelaySeconds": delay}}))
             raise SuspendExecution(f"condition {name or op_id!r} polls again in {delay}s",
                                    rec.next_attempt_ms, op_id)
-        rec.status, rec.ended_ms = OpStatus.SUCCEEDED, self.now_ms()
+        advance(rec, OpStatus.SUCCEEDED).ended_ms = self._clock_ms()
         await inv.save(rec, inv.event("StepSucceeded", rec, {
             "Result": payload(text), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
         return serdes.deserialize(text)
@@ -608,10 +681,9 @@ class DurableContext:
                             error=error.to_error_object())
             await inv.save(rec, inv.event("CallbackStarted", rec, {
                 "CallbackId": rec.callback_id, "Reason": error.message}))
-        if rec.status is not OpStatus.SUCCEEDED or rec.result is None:
-            raise SuspendExecution(f"needs a human: {name} failed ({error.message})",
-                                   op_id=op_id)
-        decision: dict[str, Any] = json.loads(rec.result)
+        _, decision = self._replayed(rec, JSON_SERDES, DurableOperationError)
+        if not isinstance(decision, dict):
+            raise SuspendExecution(suspend_reason(rec), None, op_id)
         if decision.get("action") == "abort":
             raise ExecutionAborted(decision.get("reason") or "aborted by an operator")
         return decision

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.durable.context import HUMAN, DurableContext, Invocation
+from alarmtop.core.durable.check import replay_check
+from alarmtop.core.durable.context import DurableContext, Invocation, encode_callback_id
 from alarmtop.core.durable.errors import (
     CallbackAlreadyCompleted,
     CheckpointFailed,
@@ -24,6 +25,7 @@ from alarmtop.core.durable.errors import (
     InvalidExecutionState,
     InvocationCrash,
     NonDeterministicExecutionError,
+    ReplayDivergence,
     SuspendExecution,
     UnknownCallback,
     error_object,
@@ -39,6 +41,7 @@ from alarmtop.core.durable.operations import (
     make_event,
     payload,
 )
+from alarmtop.core.durable.replay import HUMAN, advance, advance_execution, redrive_plan
 from alarmtop.core.objects.base import AlarmInfo, DurableObject, ObjectContext
 from alarmtop.core.storage.interface import LogChain
 
@@ -54,6 +57,7 @@ class _Loaded:
     record: ExecutionRecord
     ops: dict[str, OperationRecord]
     next_event_id: int
+    marks: dict[str, str] = field(default_factory=dict)  # recorded now()/random() values
 
 
 class ExecutionObject(DurableObject):
@@ -77,7 +81,9 @@ class ExecutionObject(DurableObject):
             if record is None:
                 return None
             ops = {op.id: op for op in await store.operations(self.ctx.id)}
-            self._state = _Loaded(record, ops, await store.max_event_id(self.ctx.id) + 1)
+            marks = await store.marks(self.ctx.id) if record.has_marks else {}
+            self._state = _Loaded(record, ops, await store.max_event_id(self.ctx.id) + 1,
+                                  marks)
         return self._state
 
     async def _state_or_fail(self) -> _Loaded:
@@ -104,7 +110,9 @@ class ExecutionObject(DurableObject):
         return self.engine.store.checkpoint(st.record.id, st.record, ops, events, chain)
 
     def _defer(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
-               events: Sequence[dict[str, Any]] = ()) -> None:
+               events: Sequence[dict[str, Any]] = (), *,
+               marks: Mapping[str, str] | None = None, drop_ops: Sequence[str] = (),
+               drop_marks: Sequence[str] = ()) -> None:
         """Checkpoint the record, `ops` and `events` with the event's own commit (with
         the alarm the event sets): the log and the alarm that acts on it land together."""
         st.record.updated_ms = self.ctx.now_ms()
@@ -112,16 +120,17 @@ class ExecutionObject(DurableObject):
             st.ops[op.id] = op
         self.ctx.storage.defer_write(
             self.engine.store.checkpoint_write(st.record.id, st.record, ops, events,
-                                               self._chain))
+                                               self._chain, marks=marks, drop_ops=drop_ops,
+                                               drop_marks=drop_marks))
 
     def _next_alarm(self, st: _Loaded) -> int | None:
         """The next thing the service must do for the execution, if anything."""
         rec = st.record
-        if rec.finished:
-            return None
+        if rec.finished or rec.paused:
+            return None  # a paused execution runs nothing; its timers wait for resume
         times = [t for op in st.ops.values() for t in op.deadlines()]
-        if rec.timeout_s:
-            times.append(rec.created_ms + rec.timeout_s * 1000)
+        if rec.timeout_at_ms is not None:
+            times.append(rec.timeout_at_ms)
         if rec.invoke_requested and not rec.human_hold:
             times.append(self.ctx.now_ms())
         return min(times) if times else None
@@ -135,10 +144,11 @@ class ExecutionObject(DurableObject):
             await self.ctx.storage.set_alarm(at)
 
     async def _save_and_rearm(self, st: _Loaded, ops: Sequence[OperationRecord] = (),
-                              events: Sequence[dict[str, Any]] = ()) -> None:
+                              events: Sequence[dict[str, Any]] = (), *,
+                              marks: Mapping[str, str] | None = None) -> None:
         """Checkpoint, and point the alarm at what comes next, in the event's one commit
         (a call's, or the alarm attempt's end)."""
-        self._defer(st, ops, events)
+        self._defer(st, ops, events, marks=marks)
         await self._rearm(st)
 
     # -- RPC: start -----------------------------------------------------------------------
@@ -170,6 +180,9 @@ class ExecutionObject(DurableObject):
         st = await self._load()
         if st is None or st.record.finished:
             return
+        if st.record.paused:  # paused since the alarm was due: nothing runs until resume
+            await self._rearm(st)
+            return
         rec, now = st.record, self.ctx.now_ms()
         events: list[dict[str, Any]] = []
         changed: list[OperationRecord] = []
@@ -178,7 +191,7 @@ class ExecutionObject(DurableObject):
                 "Error": error_payload(EXIT_ERROR)}))
             rec.in_invocation, rec.invoke_requested = False, True
         fired = self._complete_due(st, now, events, changed)
-        if rec.timeout_s and now >= rec.created_ms + rec.timeout_s * 1000:
+        if rec.timeout_at_ms is not None and now >= rec.timeout_at_ms:
             await self._finish(st, ExecutionStatus.TIMED_OUT, None, {
                 "ErrorType": "Execution.Timeout",
                 "ErrorMessage": f"execution ran longer than {rec.timeout_s}s"}, events, changed)
@@ -198,12 +211,11 @@ class ExecutionObject(DurableObject):
         fired = False
         for op in sorted(st.ops.values(), key=lambda o: min(o.deadlines(), default=0)):
             if op.status is OpStatus.PENDING and (op.next_attempt_ms or now + 1) <= now:
-                op.status = OpStatus.READY
-                changed.append(op)
+                changed.append(advance(op, OpStatus.READY))
                 fired = True
             elif op.status is OpStatus.STARTED and op.type is OpType.WAIT and (
                     op.scheduled_end_ms or now + 1) <= now:
-                op.status, op.ended_ms = OpStatus.SUCCEEDED, now
+                advance(op, OpStatus.SUCCEEDED).ended_ms = now
                 changed.append(op)
                 events.append(self._event(st, "WaitSucceeded", op, {"Duration": op.duration_s}))
                 fired = True
@@ -214,7 +226,7 @@ class ExecutionObject(DurableObject):
                 elif op.heartbeat_at_ms is not None and op.heartbeat_at_ms <= now:
                     kind = "Callback.Heartbeat"
                 if kind is not None:
-                    op.status, op.ended_ms = OpStatus.TIMED_OUT, now
+                    advance(op, OpStatus.TIMED_OUT).ended_ms = now
                     op.error = {"ErrorType": kind, "ErrorMessage": f"callback timed out ({kind})"}
                     changed.append(op)
                     events.append(self._event(st, "CallbackTimedOut", op,
@@ -236,13 +248,14 @@ class ExecutionObject(DurableObject):
         fn = engine.handler(rec.name, rec.version)
         started = self.ctx.now_ms()
         rec.in_invocation, rec.invoke_requested = True, False
-        rec.status, rec.invocations = ExecutionStatus.RUNNING, rec.invocations + 1
+        rec.status = advance_execution(rec.status, ExecutionStatus.RUNNING, rec.id)
+        rec.invocations += 1
         # Queued, not awaited: each later write of this invocation queues behind it, so
         # whatever the invocation makes durable implies it (an at-most-once step awaits
         # its start before its body runs). A death before it lands leaves the log as if
         # the invocation never began, and the alarm, still pending, runs it again.
         inv = Invocation(rec, st.ops, st.next_event_id, engine.store, engine.clock,
-                         engine.faults, engine.rng)
+                         engine.faults, engine.rng, st.marks)
         self._chain = inv.chain
         begun = self._queue(st, changed, events, inv.chain)
         inv.announce = engine.deliver_history
@@ -295,19 +308,24 @@ class ExecutionObject(DurableObject):
             "StartTimestamp": iso(started), "EndTimestamp": iso(self.ctx.now_ms()),
             "RequestId": f"{rec.id}/{rec.invocations}"})]
         status, result, error = outcome
+        marks = inv.take_marks()  # taken since its last checkpoint: they land with its end
+        rec.has_marks = rec.has_marks or bool(marks)
         if suspended is not None:
-            rec.status, rec.blocked_on = status, suspended
-            self._defer(st, [], events)
+            rec.status = advance_execution(rec.status, status, rec.id)
+            rec.blocked_on = suspended
+            self._defer(st, [], events, marks=marks)
             engine.announce(rec, f"execution.{status.value}", reason=suspended)
             await self._rearm(st)
             return
-        await self._finish(st, status, result, error, events, [])
+        await self._finish(st, status, result, error, events, [], marks)
 
     async def _finish(self, st: _Loaded, status: ExecutionStatus, result: str | None,
                       error: dict[str, Any] | None, events: list[dict[str, Any]],
-                      changed: list[OperationRecord]) -> None:
+                      changed: list[OperationRecord],
+                      marks: Mapping[str, str] | None = None) -> None:
         rec = st.record
-        rec.status, rec.result, rec.error = status, result, error
+        rec.status = advance_execution(rec.status, status, rec.id)
+        rec.result, rec.error, rec.paused, rec.paused_ms = result, error, None, None
         rec.ended_ms, rec.blocked_on, rec.invoke_requested = self.ctx.now_ms(), None, False
         if status is ExecutionStatus.SUCCEEDED:
             events.append(self._event(st, "ExecutionSucceeded", None,
@@ -321,7 +339,7 @@ class ExecutionObject(DurableObject):
         else:
             events.append(self._event(st, "ExecutionFailed", None,
                                       {"Error": error_payload(error)}))
-        await self._save_and_rearm(st, changed, events)
+        await self._save_and_rearm(st, changed, events, marks=marks)
         self.engine.announce(rec, f"execution.{status.value}",
                              error=(error or {}).get("ErrorMessage"))
         if rec.parent:
@@ -333,8 +351,12 @@ class ExecutionObject(DurableObject):
                        error: dict[str, Any] | None) -> dict[str, Any]:
         st = await self._load()
         op = None if st is None else st.ops.get(op_id)
-        if st is None or op is None or op.type is not OpType.CALLBACK or op.sub_type == HUMAN:
+        if st is None or op is None or op.type is not OpType.CALLBACK:
             raise UnknownCallback(callback_id)
+        if op.sub_type == HUMAN:
+            raise InvalidExecutionState(
+                f"callback {callback_id!r} is execution {st.record.id!r} waiting for an "
+                f"operator's decision on {op.name!r}; use retry_compensation, resolve or abort")
         if op.done:
             raise CallbackAlreadyCompleted(callback_id, op.status.value.lower())
         if st.record.finished:
@@ -347,10 +369,10 @@ class ExecutionObject(DurableObject):
                 await self._save_and_rearm(st, [op])
             return {"status": "STARTED"}
         if kind == "success":
-            op.status, op.result = OpStatus.SUCCEEDED, result
+            advance(op, OpStatus.SUCCEEDED).result = result
             ev = self._event(st, "CallbackSucceeded", op, {"Result": payload(result)})
         else:
-            op.status, op.error = OpStatus.FAILED, error
+            advance(op, OpStatus.FAILED).error = error
             ev = self._event(st, "CallbackFailed", op, {"Error": error_payload(error)})
         op.ended_ms = now
         st.record.invoke_requested = True
@@ -367,10 +389,10 @@ class ExecutionObject(DurableObject):
             return
         op.ended_ms = self.ctx.now_ms()
         if status == ExecutionStatus.SUCCEEDED.value:
-            op.status, op.result = OpStatus.SUCCEEDED, result
+            advance(op, OpStatus.SUCCEEDED).result = result
             ev = self._event(st, "ChainedInvokeSucceeded", op, {"Result": payload(result)})
         else:
-            op.status, op.error = OpStatus.FAILED, error
+            advance(op, OpStatus.FAILED).error = error
             ev = self._event(st, "ChainedInvokeFailed", op, {"Error": error_payload(error)})
         st.record.invoke_requested = True
         await self._save_and_rearm(st, [op], [ev])
@@ -384,13 +406,15 @@ class ExecutionObject(DurableObject):
         return None
 
     async def _decide(self, st: _Loaded, op: OperationRecord, decision: dict[str, Any]) -> None:
-        op.status, op.result, op.ended_ms = (OpStatus.SUCCEEDED, json.dumps(decision),
-                                             self.ctx.now_ms())
+        advance(op, OpStatus.SUCCEEDED)
+        op.result, op.ended_ms = json.dumps(decision), self.ctx.now_ms()
         ev = self._event(st, "CallbackSucceeded", op, {"Result": payload(op.result)})
-        st.record.invoke_requested = True
-        if st.record.status is ExecutionStatus.NEEDS_HUMAN and not st.record.human_hold:
+        rec = st.record
+        rec.invoke_requested = True
+        if rec.status is ExecutionStatus.NEEDS_HUMAN and not rec.human_hold:
             # Decided: the human no longer holds it up, and its next invocation is due now.
-            st.record.status, st.record.blocked_on = ExecutionStatus.RUNNING, None
+            rec.status = advance_execution(rec.status, ExecutionStatus.RUNNING, rec.id)
+            rec.blocked_on = None
         await self._save_and_rearm(st, [op], [ev])
 
     async def operate(self, action: str, text: str | None, actor: str) -> dict[str, Any]:
@@ -418,18 +442,136 @@ class ExecutionObject(DurableObject):
                     "that needs a human")
         elif action == "abort":
             if human is not None:
-                human.status, human.result = OpStatus.SUCCEEDED, json.dumps(
+                advance(human, OpStatus.SUCCEEDED).result = json.dumps(
                     {"action": "abort", "reason": text, "by": actor})
             await self._finish(st, ExecutionStatus.ABORTED, None, {
                 "ErrorType": "ExecutionAborted", "ErrorMessage": text or "aborted by an operator"},
                 [], [human] if human is not None else [])
         elif action == "hand_to_human":
-            rec.human_hold, rec.status = text or "handed to a human", ExecutionStatus.NEEDS_HUMAN
+            rec.status = advance_execution(rec.status, ExecutionStatus.NEEDS_HUMAN, rec.id)
+            rec.human_hold = text or "handed to a human"
             self._defer(st)
             self.engine.announce(rec, "execution.needs_human", reason=rec.human_hold)
         else:
             raise InvalidExecutionState(f"unknown operator action {action!r}")
         return {"execution_id": rec.id, "status": rec.status.value}
+
+    # -- RPC: pause, redrive, fork ---------------------------------------------------------
+
+    async def control(self, action: str, reason: str | None, actor: str) -> dict[str, Any]:
+        """Pause (nothing runs; timers keep their due times) or resume (what fell due
+        meanwhile runs now). The status is left as it is."""
+        st = await self._state_or_fail()
+        rec = st.record
+        if rec.finished:
+            raise InvalidExecutionState(f"execution {rec.id!r} is {rec.status.value}; there is "
+                                        f"nothing to {action}")
+        if action == "pause":
+            if rec.paused:
+                raise InvalidExecutionState(f"execution {rec.id!r} is already paused "
+                                            f"({rec.paused}); resume it first")
+            rec.paused, rec.paused_ms = reason or f"paused by {actor}", self.ctx.now_ms()
+        elif action == "resume":
+            if not rec.paused:
+                raise InvalidExecutionState(f"execution {rec.id!r} is not paused; nothing to "
+                                            "resume")
+            rec.paused = rec.paused_ms = None
+        else:
+            raise InvalidExecutionState(f"unknown control action {action!r}")
+        await self._save_and_rearm(st)
+        self.engine.announce(rec, f"execution.{action}d", reason=reason, by=actor)
+        return {"execution_id": rec.id, "status": rec.status.value, "paused": bool(rec.paused)}
+
+    async def redrive(self, version: str | None, force: bool, deadline_s: float,
+                      actor: str) -> dict[str, Any]:
+        """Carry a failed or timed-out execution on from its first failed operation:
+        results before it are kept, it and what follows are reset, the timeout
+        restarts. Refused when the replay check fails, unless `force`."""
+        st = await self._state_or_fail()
+        rec, engine = st.record, self.engine
+        if rec.status not in (ExecutionStatus.FAILED, ExecutionStatus.TIMED_OUT):
+            raise InvalidExecutionState(
+                f"execution {rec.id!r} is {rec.status.value}; only a failed or timed-out "
+                "execution can be redriven (fork it to run a copy from a step)")
+        fn = engine.pick_version(rec.name, rec.version, version)
+        plan = redrive_plan(st.ops.values(), st.marks)
+        report = await replay_check(
+            fn, rec, {i: st.ops[i] for i in plan.kept}, {k: st.marks[k] for k in plan.kept_marks},
+            store=engine.store, clock=engine.clock, faults=engine.faults, deadline_s=deadline_s)
+        if not report["clean"] and not force:
+            raise ReplayDivergence(rec.id, "redrive", report)
+        for op_id in plan.reset:
+            del st.ops[op_id]
+        for key in plan.reset_marks:
+            del st.marks[key]
+        now = self.ctx.now_ms()
+        rec.status = advance_execution(rec.status, ExecutionStatus.RUNNING, rec.id)
+        rec.result = rec.error = rec.ended_ms = rec.blocked_on = rec.human_hold = None
+        rec.version, rec.redrives, rec.timeout_start_ms = fn.version, rec.redrives + 1, now
+        rec.invoke_requested, rec.in_invocation = True, False
+        event = self._event(st, "ExecutionRedriven", None, {
+            "RedriveCount": rec.redrives, "FromOperationId": plan.from_id,
+            "ResetOperations": list(plan.reset), "Version": fn.version, "RequestedBy": actor,
+            "Forced": bool(force and not report["clean"])})
+        self._defer(st, [], [event], drop_ops=plan.reset, drop_marks=plan.reset_marks)
+        await self._rearm(st)
+        engine.announce(rec, "execution.redriven", from_operation=plan.from_id, by=actor)
+        return {"execution_id": rec.id, "status": rec.status.value, "version": fn.version,
+                "from_operation": plan.from_id, "reset": list(plan.reset),
+                "redrives": rec.redrives, "paused": bool(rec.paused), "replay_check": report}
+
+    async def snapshot(self) -> dict[str, Any]:
+        """The record, operations, recorded values and history, as of between events
+        (a fork's consistent copy of its source)."""
+        st = await self._state_or_fail()
+        return {"record": st.record.to_dict(), "ops": [op.to_dict() for op in st.ops.values()],
+                "marks": dict(st.marks), "history": await self.engine.store.history(self.ctx.id)}
+
+    async def begin_fork(self, name: str, version: str, input_text: str,
+                         timeout_s: int | None, source: dict[str, Any],
+                         ops: list[dict[str, Any]], marks: dict[str, str],
+                         events: list[dict[str, Any]]) -> dict[str, Any]:
+        """Start this execution as a fork: `ops` (and `marks`) are the source's kept
+        records, `events` their history, renumbered after `ExecutionStarted`."""
+        if await self._load() is not None:
+            raise InvalidExecutionState(f"execution id {self.ctx.id!r} is already used; choose "
+                                        "another execution_id for the fork")
+        now = self.ctx.now_ms()
+        rec = ExecutionRecord(self.ctx.id, name, version, ExecutionStatus.RUNNING, input_text,
+                              now, now, timeout_s=timeout_s, invoke_requested=True,
+                              forked_from=source, has_marks=bool(marks))
+        kept = [_adopt(OperationRecord.from_dict(d), self.ctx.id) for d in ops]
+        st = self._state = _Loaded(rec, {op.id: op for op in kept}, 1, dict(marks))
+        details: dict[str, Any] = {"Input": payload(input_text), "ForkedFrom": source}
+        if timeout_s:
+            details["ExecutionTimeout"] = timeout_s
+        history = [self._event(st, "ExecutionStarted", None, details)]
+        callback_ids = {op.id: op.callback_id for op in kept if op.callback_id}
+        for ev in events:
+            history.append(_renumbered(ev, st.next_event_id, callback_ids))
+            st.next_event_id += 1
+        self._defer(st, kept, history, marks=marks)
+        await self._rearm(st)
+        self.engine.announce(rec, "execution.started", forked_from=source)
+        return {"execution_id": self.ctx.id, "created": True}
+
+
+def _adopt(op: OperationRecord, execution_id: str) -> OperationRecord:
+    """A forked copy of a source's operation: its callback answers to the fork."""
+    if op.callback_id is not None:
+        op.callback_id = encode_callback_id(execution_id, op.id)
+    return op
+
+
+def _renumbered(ev: dict[str, Any], event_id: int, callback_ids: Mapping[str, str | None]
+                ) -> dict[str, Any]:
+    """A source's history event as the fork's: its own number and callback id."""
+    out = dict(ev, EventId=event_id)
+    started = out.get("CallbackStartedDetails")
+    if isinstance(started, dict) and "CallbackId" in started:
+        out["CallbackStartedDetails"] = dict(started,
+                                             CallbackId=callback_ids.get(out.get("Id", "")))
+    return out
 
 
 def make_execution_class(engine: ExecutionEngine) -> type[ExecutionObject]:

@@ -9,6 +9,8 @@
           ├── UnknownCallback (also NotFound)          no callback with that id
           ├── CallbackAlreadyCompleted (also InvalidArgument)
           ├── InvalidExecutionState                    operator action does not apply now
+          │    └── ReplayDivergence                    a redrive/fork whose replay check failed
+          ├── IllegalTransition                        a status change the table refuses (a bug)
           ├── StepInterruptedError                     an at-most-once step was cut short
           └── DurableOperationError                    raised into handler code, rebuilt
                ├── StepError                           identically on replay from the log
@@ -21,13 +23,17 @@
                     └── CallbackSubmitterError
 
 Control flow, not errors (BaseException, so `except Exception` in handler code
-never swallows them): `SuspendExecution`, `InvocationCrash`,
-`NonDeterministicExecutionError`, `ExecutionAborted`.
+never swallows them): `SuspendExecution` (and `ReplayFrontier`, where a replay-only
+run stops), `InvocationCrash`, `CheckpointFailed`, `NonDeterministicExecutionError`,
+`ExecutionAborted`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from alarmtop.core.durable.replay import Divergence
 
 from alarmtop.core.errors import AlarmtopError, InvalidArgument, NotFound
 
@@ -63,6 +69,28 @@ class CallbackAlreadyCompleted(DurableExecutionError, InvalidArgument):
 
 class InvalidExecutionState(DurableExecutionError):
     """An operator action that does not apply to the execution as it is now."""
+
+
+class ReplayDivergence(InvalidExecutionState):
+    """A redrive or fork refused because its replay check found a divergence."""
+
+    def __init__(self, execution_id: str, action: str, report: dict[str, Any]) -> None:
+        super().__init__(f"{action} of {execution_id!r} refused: {report['summary']} "
+                         f"(version {report['version']}); fix the handler or register the "
+                         "version that replays, or pass force=True to run it anyway")
+        self.execution_id = execution_id
+        self.action = action
+        self.report = report
+
+
+class IllegalTransition(DurableExecutionError):
+    """A status change the transition table does not allow: a bug in the engine,
+    refused before anything is written."""
+
+    def __init__(self, what: str, ident: str, current: str, to: str) -> None:
+        super().__init__(f"illegal {what} status change for {ident!r}: {current} -> {to}; "
+                         "nothing was changed (report this: the engine tried it)")
+        self.what, self.ident, self.current, self.to = what, ident, current, to
 
 
 class DurableOperationError(DurableExecutionError):
@@ -157,13 +185,21 @@ class CheckpointFailed(_ControlFlow):
     `Exception`, so a handler's `except Exception` cannot swallow it."""
 
 
-class NonDeterministicExecutionError(_ControlFlow):
-    """Replay met an operation that differs from the log."""
+class ReplayFrontier(SuspendExecution):
+    """A replay-only run reached an operation the log has no outcome for: there it
+    would run or write, so it stops. A suspension, so a batch's other branches
+    carry on replaying."""
 
-    def __init__(self, message: str, op_id: str) -> None:
+
+class NonDeterministicExecutionError(_ControlFlow):
+    """Replay met an operation that differs from the log (`divergence` says how)."""
+
+    def __init__(self, message: str, op_id: str,
+                 divergence: Divergence | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.op_id = op_id
+        self.divergence = divergence
 
 
 class ExecutionAborted(_ControlFlow):

@@ -161,10 +161,28 @@ class ExecutionRecord:
     blocked_on: str | None = None  # what the last invocation suspended on
     saga: list[dict[str, Any]] = field(default_factory=list)  # operator view only
     parent: str | None = None  # execution that invoked this one
+    paused: str | None = None  # why an operator paused it, while paused
+    paused_ms: int | None = None
+    redrives: int = 0  # how many times it was redriven
+    # When the execution timeout started counting (a redrive restarts it); None: at
+    # creation.
+    timeout_start_ms: int | None = None
+    forked_from: dict[str, Any] | None = None  # {"execution_id", "from_operation"}
+    # Whether ctx.now()/random() values were recorded: only then is the marks table
+    # read when the execution loads (most executions never take one).
+    has_marks: bool = False
 
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def timeout_at_ms(self) -> int | None:
+        """When the execution times out, if it has a timeout."""
+        if not self.timeout_s:
+            return None
+        start = self.created_ms if self.timeout_start_ms is None else self.timeout_start_ms
+        return start + self.timeout_s * 1000
 
     def to_dict(self) -> dict[str, Any]:
         """Shallow, like `OperationRecord.to_dict`: it is serialized at once."""

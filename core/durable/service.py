@@ -22,6 +22,7 @@ from alarmtop.core.durable.errors import (
     ValidationError,
 )
 from alarmtop.core.durable.operations import ExecutionRecord, OpType
+from alarmtop.core.durable.tools import OperatorTools
 from alarmtop.core.logs import log_execution
 from alarmtop.core.serialization import to_json
 
@@ -107,6 +108,19 @@ class ExecutionEngine:
                 f"{sorted(versions) or 'none'}); register it again to let them finish")
         return versions[version]
 
+    def pick_version(self, name: str, pinned: str, version: str | None) -> DurableFunction:
+        """The handler a redrive or fork runs: the pinned version, or a newer registered
+        one named explicitly (never an older one: its code predates the log)."""
+        if version is None:
+            return self.handler(name, pinned)
+        if not isinstance(version, str) or not version:
+            raise ValidationError(f"version names a registered version, not {version!r}")
+        fn = self.handler(name, version)
+        if _version_key(version) < _version_key(pinned):
+            raise ValidationError(f"version {version!r} of {name!r} is older than the pinned "
+                                  f"{pinned!r}; name the pinned version or a newer one")
+        return fn
+
     def announce(self, rec: ExecutionRecord, type_: str, **data: Any) -> None:
         log_execution(type_, rec.id, rec.name, rec.error, data.get("reason"))
         self.events.emit(type_, {"execution_id": rec.id, "name": rec.name,
@@ -158,8 +172,8 @@ def _check_id(execution_id: Any) -> str:
     return execution_id
 
 
-class Executions:
-    """`runtime.executions`."""
+class Executions(OperatorTools):
+    """`runtime.executions` (operator tools: see `durable.tools`)."""
 
     def __init__(self, engine: ExecutionEngine, stub_for: Callable[[str], Any],
                  audit: AuditLog) -> None:
@@ -170,6 +184,9 @@ class Executions:
 
     def _stub(self, execution_id: str) -> Any:
         return self._stub_for(_check_id(execution_id))
+
+    def _check_id(self, execution_id: str) -> str:
+        return _check_id(execution_id)
 
     async def start(self, name: str, event: Any = None, execution_id: str | None = None, *,
                     version: str | None = None, timeout_s: int | None = None,
@@ -218,6 +235,9 @@ class Executions:
             "blocked_on": rec.blocked_on, "human_hold": rec.human_hold,
             "history": await store.history(rec.id),
             "saga": rec.saga, "callbacks": callbacks,
+            "paused": rec.paused is not None, "paused_reason": rec.paused,
+            "paused_ms": rec.paused_ms, "redrives": rec.redrives,
+            "forked_from": rec.forked_from,
         }
 
     async def history(self, execution_id: str) -> list[dict[str, Any]]:
@@ -229,7 +249,8 @@ class Executions:
                    offset: int = 0) -> list[dict[str, Any]]:
         recs = await self.engine.store.list(status, limit, offset)
         return [{"execution_id": r.id, "name": r.name, "status": r.status.value,
-                 "blocked_on": r.blocked_on, "updated_ms": r.updated_ms, "saga": r.saga}
+                 "blocked_on": r.blocked_on, "updated_ms": r.updated_ms, "saga": r.saga,
+                 "paused": r.paused is not None}
                 for r in recs]
 
     async def counts(self) -> dict[str, int]:

@@ -4,6 +4,11 @@ A resident entry exists while an object has an instance in memory or events
 waiting for it. Its lock serialises events; the hibernation task drops idle
 instances (closing their databases) after `hibernate_after`, and the least
 recently used ones when more than `max_resident` are live.
+
+The entry also says what holds the turn (`doing`, since when), so that a caller
+that cannot wait long (an operator command under `tasks.patience`) is told
+"ClickCounter/home is busy running its alarm (started 12 s ago)" instead of
+queueing behind it.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any
@@ -18,15 +25,16 @@ from typing import Any
 from alarmtop.core import outbox
 from alarmtop.core.alarms.intent import Intent
 from alarmtop.core.clock import Clock
-from alarmtop.core.errors import ReentrantCall, StorageError
+from alarmtop.core.errors import ObjectBusy, OutOfDescriptors, ReentrantCall, StorageError
 from alarmtop.core.events import EventBus
+from alarmtop.core.limits import out_of_descriptors
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
 from alarmtop.core.objects.storage_api import CALL_END, AlarmAccess, EventEnd, Storage
 from alarmtop.core.outbox import Outbox
 from alarmtop.core.sockets import SocketRegistry
 from alarmtop.core.storage.interface import ObjectStore, StorageBackend
-from alarmtop.core.tasks import Supervisor, Wakeup
+from alarmtop.core.tasks import Supervisor, Wakeup, patience_left
 
 ObjectKey = tuple[str, str]
 Body = Callable[[DurableObject], Awaitable[Any]]
@@ -35,6 +43,8 @@ Body = Callable[[DurableObject], Awaitable[Any]]
 # What one event did: (its value, the error it raised, the index write after its
 # commit that failed). A plain tuple: one is made for every event.
 EventOutcome = tuple[Any, BaseException | None, BaseException | None]
+log = logging.getLogger("alarmtop.runtime")
+EMFILE_LOG_EVERY_S = 5.0  # one log line per this many seconds while descriptors run out
 
 
 class EventKind:
@@ -45,6 +55,10 @@ class EventKind:
 
     __slots__ = ()
     alarm = False
+    doing = "handling a call"  # what holds the turn, as "X is busy ..." says it
+
+    def describe(self) -> str:
+        return "running its alarm" if self.alarm else self.doing
 
     def limit(self) -> contextlib.AbstractContextManager[Any]:
         """What bounds the wake and the body (an alarm attempt's timeout)."""
@@ -52,6 +66,16 @@ class EventKind:
 
     def end(self, error: BaseException | None) -> EventEnd:
         return CALL_END
+
+
+class Call(EventKind):
+    """An event kind that says what it is doing: a call to a named method, a socket
+    event (one per method, made once: events share them)."""
+
+    __slots__ = ("doing",)
+
+    def __init__(self, doing: str) -> None:
+        self.doing = doing
 
 
 CALL = EventKind()
@@ -70,10 +94,12 @@ class Resident:
     __slots__ = (
         "busy",
         "ctx",
+        "doing",
         "instance",
         "key",
         "last_active_ms",
         "owner",
+        "since_ms",
         "storage",
         "users",
         "waiters",
@@ -89,6 +115,9 @@ class Resident:
         self.storage: Storage | None = None
         self.last_active_ms = now_ms
         self.owner: asyncio.Task[Any] | None = None
+        # What the event holding the turn is doing (None: not said yet), and since when.
+        self.doing: EventKind | str | None = None
+        self.since_ms = 0
 
 
 class ObjectHost:
@@ -114,6 +143,11 @@ class ObjectHost:
         self._deadline: int | None = None
         self.sockets = SocketRegistry(events)
         self._store_opener = self._open_store  # one bound method shared by every Storage
+        # When the alarm attempt of an object in flight started (the scheduler knows:
+        # it marks the attempt before its row says 'running'); set by the runtime.
+        self.alarm_started: Callable[[ObjectKey], int | None] = lambda key: None
+        self._emfile_logged = 0.0
+        self._emfile_unlogged = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -141,10 +175,28 @@ class ObjectHost:
 
     # -- events ---------------------------------------------------------------------------
 
-    def exclusive(self, key: ObjectKey) -> _Exclusive:
+    def exclusive(self, key: ObjectKey, doing: str = "with the runtime's own work"
+                  ) -> _Exclusive:
         """`async with host.exclusive(key) as r:` holds the object's event lock
-        (without waking it)."""
-        return _Exclusive(self, key)
+        (without waking it); `doing` is what a caller kept waiting is told."""
+        return _Exclusive(self, key, doing)
+
+    def busy_error(self, key: ObjectKey, waited_s: float) -> ObjectBusy:
+        """Why the object's turn is taken, as the error of a caller that gave up."""
+        r = self._residents.get(key)
+        doing = r.doing if r is not None else None
+        started = self.alarm_started(key)
+        since: int | None
+        if started is not None and (doing is None or (isinstance(doing, EventKind)
+                                    and doing.alarm)):
+            what, since = "running its alarm", started
+        elif doing is None or r is None:
+            what, since = "starting an event", None
+        else:
+            what = doing.describe() if isinstance(doing, EventKind) else doing
+            since = r.since_ms
+        age = None if since is None else max(0.0, (self._clock.now_ms() - since) / 1000)
+        return ObjectBusy(key[0], key[1], what, age, waited_s)
 
     def enter(self, key: ObjectKey,
               task: asyncio.Task[Any] | None = None) -> tuple[Resident, bool]:
@@ -172,14 +224,23 @@ class ObjectHost:
         if r.waiters is None:
             r.waiters = collections.deque()
         r.waiters.append(fut)
+        hurry = patience_left()
         try:
             # Waiting for another event of this object is not work of our own: that
             # event may be sleeping on the clock, and time must be free to move.
-            await self._tasks.idle_wait(fut)
-        except BaseException:
+            if hurry is None:
+                await self._tasks.idle_wait(fut)
+            else:
+                async with asyncio.timeout(hurry[0]):
+                    await self._tasks.idle_wait(fut)
+        except BaseException as exc:
+            busy = self.busy_error(r.key, hurry[1]) if hurry is not None and isinstance(
+                exc, TimeoutError) else None
             if fut.done() and not fut.cancelled():
                 self._pass_turn(r)  # handed the turn while being cancelled: pass it on
             self._leave(r)
+            if busy is not None:
+                raise busy from None
             raise
         r.owner = asyncio.current_task()
 
@@ -200,7 +261,7 @@ class ObjectHost:
         r.busy = False
 
     def _release(self, r: Resident) -> None:
-        r.owner = None
+        r.owner = r.doing = None
         r.last_active_ms = self._clock.now_ms()
         self._pass_turn(r)
         if self._deadline is None and r.instance is not None:
@@ -262,6 +323,7 @@ class ObjectHost:
     async def run_in_turn(self, r: Resident, body: Body, kind: EventKind) -> EventOutcome:
         """`run_event` for a caller that holds the object's turn already."""
         storage = self.storage_of(r)
+        r.doing, r.since_ms = kind, self._clock.now_ms()
         try:
             box = Outbox()
             token = outbox.CURRENT.set(box)
@@ -320,11 +382,34 @@ class ObjectHost:
         try:
             return await self._backend.open_object(cls_name, name, create, intent)
         except StorageError as exc:
+            if not isinstance(exc, OutOfDescriptors) and out_of_descriptors(exc):
+                raise self._out_of_descriptors(key, exc) from exc
             moved = getattr(exc, "quarantined_to", None)
             self._events.emit("storage.quarantined" if moved else "storage.failed", {
                 "object": f"{cls_name}/{name}", "file": exc.path, "quarantined_to": moved,
                 "error": str(exc)})
             raise
+
+    def _out_of_descriptors(self, key: ObjectKey, exc: StorageError) -> OutOfDescriptors:
+        """The error of an event whose database could not open for want of descriptors,
+        logged (at most one line per few seconds, with how many were not logged): this
+        is the process's limit, not the object's fault, and must not pass unseen."""
+        obj = f"{key[0]}/{key[1]}"
+        error = OutOfDescriptors(
+            f"cannot open the database of {obj}: this process has no file descriptor left "
+            f"(too many open files); the event failed and kept nothing. Lower max_resident "
+            f"(now {self._max_resident}) or raise ulimit -n", exc.path)
+        self._events.emit("storage.failed", {"object": obj, "file": exc.path,
+                                             "quarantined_to": None, "error": str(error)})
+        now = time.monotonic()
+        if now - self._emfile_logged >= EMFILE_LOG_EVERY_S:
+            more = self._emfile_unlogged
+            self._emfile_logged, self._emfile_unlogged = now, 0
+            log.error("%s%s", error, f" ({more} more events failed the same way since the "
+                      "last line)" if more else "")
+        else:
+            self._emfile_unlogged += 1
+        return error
 
     async def read_intent(self, key: ObjectKey, row_intent: Intent) -> Intent:
         """The committed intent of an object, without waking it: from its open storage
@@ -340,13 +425,19 @@ class ObjectHost:
         finally:
             await store.close()
 
+    async def release(self, which: Callable[[ObjectKey], bool]) -> None:
+        """Hibernate the objects `which` picks (their shard moved to another node): their
+        next event runs there. One busy with an event ends it; its commit is fenced out."""
+        for key in [k for k in self._residents if which(k)]:
+            await self.hibernate(key)
+
     # -- hibernation ----------------------------------------------------------------------
 
     async def hibernate(self, key: ObjectKey) -> bool:
         done = self._hibernate_now(key)
         if done is not None:
             return done
-        async with self.exclusive(key) as r:
+        async with self.exclusive(key, "hibernating") as r:
             if r.instance is None:
                 return False
             if r.storage is not None:
@@ -407,11 +498,12 @@ class _Exclusive:
     `@asynccontextmanager` generator, because every event of every object goes
     through it and the generator machinery costs several microseconds a time."""
 
-    __slots__ = ("_host", "_key", "_r")
+    __slots__ = ("_doing", "_host", "_key", "_r")
 
-    def __init__(self, host: ObjectHost, key: ObjectKey) -> None:
+    def __init__(self, host: ObjectHost, key: ObjectKey, doing: str) -> None:
         self._host = host
         self._key = key
+        self._doing = doing
         self._r: Resident | None = None
 
     async def __aenter__(self) -> Resident:
@@ -419,6 +511,7 @@ class _Exclusive:
         r, ready = host.enter(self._key)
         if not ready:
             await host.turn(r)
+        r.doing, r.since_ms = self._doing, host._clock.now_ms()
         self._r = r
         return r
 

@@ -142,12 +142,18 @@ class AlarmIndex(Protocol):
     async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
         """Live alarms due after `after_ms`, soonest first: at least `limit` of them
         when there are that many (ties with the last one included), and whether the
-        page reached the end."""
+        page reached the end. Only the alarms this node runs (in a fleet: of the
+        shards it holds)."""
         ...
 
-    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]: ...
+    async def in_state(self, state: str, limit: int, offset: int = 0, *,
+                       mine: bool = False) -> list[AlarmRecord]:
+        """Alarms in `state` (`mine`: only those this node runs)."""
+        ...
 
-    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]: ...
+    async def overdue(self, before_ms: int, limit: int) -> list[AlarmRecord]:
+        """Alarms due before `before_ms` that this node runs."""
+        ...
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
@@ -240,17 +246,38 @@ class ExecutionStore(Protocol):
 
     Writes ride the backend's commits: `checkpoint` queues one now (its place among
     writes is fixed when it is called) and returns a future to await for durability;
-    `checkpoint_write` makes a write for an object event's own commit."""
+    `checkpoint_write` makes a write for an object event's own commit.
+
+    In the same transaction a checkpoint also writes the recorded `marks` (values
+    `ctx.now()`/`ctx.random()` gave, by key), deletes `drop_ops` and `drop_marks`
+    first (a redrive's reset), and replaces the execution's timer rows for every op
+    and record it carries, as `core.durable.timers.op_timers`/`execution_timers`
+    derive them (a finished execution keeps none): `timers()` lists them."""
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
                    events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None) -> asyncio.Future[None]: ...
+                   chain: LogChain | None = None, *,
+                   marks: Mapping[str, str] | None = None,
+                   drop_ops: Sequence[str] = (),
+                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]: ...
 
     def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
-                         chain: LogChain | None = None) -> ExtraWrite: ...
+                         chain: LogChain | None = None, *,
+                         marks: Mapping[str, str] | None = None,
+                         drop_ops: Sequence[str] = (),
+                         drop_marks: Sequence[str] = ()) -> ExtraWrite: ...
+
+    async def marks(self, execution_id: str) -> dict[str, str]: ...
+
+    async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
+                     execution_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Pending execution timers soonest first (`execution_id`, `op_id`, `kind`,
+        `due_ms`, `name`, `handler`, `status`, `paused`, `key`); `after` is the
+        previous page's last `key`."""
+        ...
 
     def submit(self, write: ExtraWrite) -> asyncio.Future[None]: ...
 

@@ -93,6 +93,65 @@ RUNTIME_MIGRATIONS: list[str] = [
     CREATE TABLE upgrades (name TEXT PRIMARY KEY, at_ms INTEGER) WITHOUT ROWID;
     INSERT INTO upgrades (name) VALUES ('object-files-v2');
     """,
+    # Executions made ready for operators: the values ctx.now()/ctx.random() gave (so
+    # replays see them again), and every pending timer of every execution (waits,
+    # retries, callback deadlines, the execution timeout), written with each
+    # checkpoint, for one board of them soonest first. Running executions of an
+    # earlier version get their timers from their logs here.
+    """
+    CREATE TABLE execution_marks (
+        execution_id TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (execution_id, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE execution_timers (
+        execution_id TEXT NOT NULL,
+        op_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        due_ms INTEGER NOT NULL,
+        name TEXT,
+        PRIMARY KEY (execution_id, op_id, kind)
+    ) WITHOUT ROWID;
+    CREATE INDEX execution_timers_due ON execution_timers (due_ms, execution_id, op_id, kind);
+    INSERT OR IGNORE INTO execution_timers
+        SELECT o.execution_id, o.op_id,
+               CASE WHEN json_extract(o.data, '$.sub_type') = 'WaitForCondition' THEN 'poll'
+                    ELSE 'retry' END,
+               json_extract(o.data, '$.next_attempt_ms'), json_extract(o.data, '$.name')
+        FROM operations o JOIN executions e ON e.id = o.execution_id
+        WHERE e.status IN ('running', 'suspended', 'needs_human')
+          AND json_extract(o.data, '$.status') = 'PENDING'
+          AND json_extract(o.data, '$.next_attempt_ms') IS NOT NULL;
+    INSERT OR IGNORE INTO execution_timers
+        SELECT o.execution_id, o.op_id, 'wait', json_extract(o.data, '$.scheduled_end_ms'),
+               json_extract(o.data, '$.name')
+        FROM operations o JOIN executions e ON e.id = o.execution_id
+        WHERE e.status IN ('running', 'suspended', 'needs_human')
+          AND json_extract(o.data, '$.status') = 'STARTED'
+          AND json_extract(o.data, '$.type') = 'WAIT'
+          AND json_extract(o.data, '$.scheduled_end_ms') IS NOT NULL;
+    INSERT OR IGNORE INTO execution_timers
+        SELECT o.execution_id, o.op_id, 'callback_timeout',
+               json_extract(o.data, '$.timeout_at_ms'), json_extract(o.data, '$.name')
+        FROM operations o JOIN executions e ON e.id = o.execution_id
+        WHERE e.status IN ('running', 'suspended', 'needs_human')
+          AND json_extract(o.data, '$.status') = 'STARTED'
+          AND json_extract(o.data, '$.timeout_at_ms') IS NOT NULL;
+    INSERT OR IGNORE INTO execution_timers
+        SELECT o.execution_id, o.op_id, 'heartbeat',
+               json_extract(o.data, '$.heartbeat_at_ms'), json_extract(o.data, '$.name')
+        FROM operations o JOIN executions e ON e.id = o.execution_id
+        WHERE e.status IN ('running', 'suspended', 'needs_human')
+          AND json_extract(o.data, '$.status') = 'STARTED'
+          AND json_extract(o.data, '$.heartbeat_at_ms') IS NOT NULL;
+    INSERT OR IGNORE INTO execution_timers
+        SELECT id, '', 'execution_timeout',
+               created_ms + json_extract(data, '$.timeout_s') * 1000, name
+        FROM executions
+        WHERE status IN ('running', 'suspended', 'needs_human')
+          AND json_extract(data, '$.timeout_s') > 0
+    """,
     # Listings served by indexes, counts kept with the writes (DESIGN section 12).
     #
     # `alarms.urgency` is the alarm's place in the console's order as one integer

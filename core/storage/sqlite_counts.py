@@ -9,7 +9,7 @@ batch, and adds up the batch's changes (`tally`) into a handful of UPSERTs of th
 counters table in the same transaction: exact after any crash, as the rows are.
 
 Rows of the other tables (executions, objects) are written by other modules: their
-counts are kept by triggers (migration 4).
+counts are kept by triggers (the counters migration, migrations.py).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ no task on the event loop relays between writers and the thread, so a lone write
 
 The counts an operator watches (alarms by state, retries, executions by status,
 objects) are kept in the transaction of each write (`sqlite_counts` for the alarm
-rows, triggers for the rest, migration 4) and read back after each commit:
-`counters()` costs no I/O. Listings run on a second, read-only connection
+rows, the counters migration's triggers for the rest) and read back after each
+commit: `counters()` costs no I/O. Listings run on a second, read-only connection
 (`sqlite_reads`), never on this thread.
 """
 
@@ -424,7 +424,8 @@ class SqliteAlarmIndex:
     async def due_after(self, after_ms: float, limit: int) -> tuple[list[AlarmRecord], bool]:
         return await self._run(self._due_after, after_ms, limit)
 
-    async def in_state(self, state: str, limit: int, offset: int = 0) -> list[AlarmRecord]:
+    async def in_state(self, state: str, limit: int, offset: int = 0, *,
+                       mine: bool = False) -> list[AlarmRecord]:
         return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms WHERE state=? "
                                "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
                                (state, limit, offset))

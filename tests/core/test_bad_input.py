@@ -109,6 +109,7 @@ async def test_bad_object_names(make_runtime: RuntimeFactory, name: Any, fragmen
     assert rt.resident_objects() == []
 
 
+@pytest.mark.sqlite_only  # reads the SQLite files themselves
 async def test_names_with_path_characters_stay_apart(make_runtime: RuntimeFactory) -> None:
     """'/', '..' and '%' in names neither escape the data dir nor collide."""
     rt = await make_runtime(Target)

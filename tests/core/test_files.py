@@ -11,6 +11,8 @@ from alarmtop.core import DurableObject
 from alarmtop.core.storage import files, sqlite_objects
 from tests.conftest import RuntimeFactory
 
+pytestmark = pytest.mark.sqlite_only  # the files of the SQLite backend
+
 
 class Box(DurableObject):
     async def put(self, value: int) -> None:

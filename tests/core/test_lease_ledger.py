@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from alarmtop.core import AlarmInfo, Runtime, VirtualClock
+from alarmtop.core import AlarmInfo, PostgresBackend, Runtime, VirtualClock
+from alarmtop.core.storage.postgres.objects import schema_name
 from alarmtop.examples.lease_ledger import LeaseLedger
 from tests.conftest import START_MS, RuntimeFactory
 
@@ -51,8 +52,14 @@ class CountingLedger(LeaseLedger):
         await super().alarm(info)
 
 
-def stored_leases(rt: Runtime, cls: str, name: str) -> dict[str, int]:
-    """The leases table read straight from the object's SQLite file (without waking it)."""
+async def stored_leases(rt: Runtime, cls: str, name: str) -> dict[str, int]:
+    """The leases table read straight from the object's storage (without waking it): its
+    SQLite file, or its own schema on PostgreSQL."""
+    if isinstance(rt.backend, PostgresBackend):
+        async with rt.backend._require_pool().acquire() as pg:
+            rows = await pg.fetch(f'SELECT lease_id, expires_ms FROM "{schema_name((cls, name))}"'
+                                  ".leases")
+        return {r[0]: r[1] for r in rows}
     path = rt.backend.object_path(cls, name)  # type: ignore[attr-defined]
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -147,7 +154,7 @@ async def test_always_failing_sink_ends_in_a_dead_letter(make_runtime: RuntimeFa
     assert all(a.error and "downstream refused" in a.error for a in dead[0].attempts)
     assert [e.data["object"] for e in sub.drain() if e.type == "alarm.dead"] == [
         f"CountingLedger/{LEDGER}"]
-    assert stored_leases(rt, "CountingLedger", LEDGER) == {"l1": START_MS + 300}
+    assert await stored_leases(rt, "CountingLedger", LEDGER) == {"l1": START_MS + 300}
 
 
 async def test_restart_between_retries_keeps_the_ladder(make_runtime: RuntimeFactory,

@@ -201,6 +201,7 @@ async def test_an_execution_that_needs_a_human_says_why_and_what_to_do(
                          "or h, R, a in the console)")
 
 
+@pytest.mark.sqlite_only  # reads the SQLite files themselves
 async def test_a_quarantined_object_database_is_named_with_what_to_do(
         make_runtime: RuntimeFactory, caplog: pytest.LogCaptureFixture) -> None:
     old = await make_runtime(Box)

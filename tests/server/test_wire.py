@@ -35,14 +35,19 @@ REQUIRED: dict[str, set[str]] = {
     "hand_to_human": {"execution_id"},
     "alarms": set(), "alarm": {"object"}, "objects": set(), "executions": set(),
     "execution": {"execution_id"}, "audit": set(), "faults": set(), "snapshot": set(),
+    # the execution tools (server/execution_ops.py)
+    "pause": {"execution_id"}, "resume": {"execution_id"}, "redrive": {"execution_id"},
+    "fork": {"execution_id", "from_step"}, "complete_callback": {"callback_id"},
+    "replay_check": {"execution_id"}, "execution_timers": set(),
 }
+TOOL_OPERATOR_OPS = {"pause", "resume", "redrive", "fork", "complete_callback"}
 DESIGN_OPERATOR_OPS = {"rearm", "fire_now", "inject_fault", "clear_fault", "send_callback",
                        "retry_compensation", "resolve", "abort", "hand_to_human"}
 DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit"}
 
 # A valid value, and values of the wrong type, for each declared field type.
-GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True, "any": {"k": 1},
-                       "list": [5, "Flaky", "a"]}
+GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True,
+                        "any": {"k": 1}, "list": [5, "Flaky", "a"]}
 BAD: dict[str, list[Any]] = {
     "str": [5, True, ["x"], {"s": 1}],
     "int": ["5", True, False, 1.5, [1]],
@@ -84,7 +89,7 @@ def test_op_table_matches_the_contract() -> None:
     and exactly the mutating ones need the operator role."""
     assert DESIGN_OPERATOR_OPS | DESIGN_QUERIES <= set(OPS)
     assert {op: {n for n, f in OPS[op][1].items() if f.required} for op in OPS} == REQUIRED
-    assert OPERATOR_OPS == DESIGN_OPERATOR_OPS | {"clear_dead_letter"}
+    assert OPERATOR_OPS == DESIGN_OPERATOR_OPS | {"clear_dead_letter"} | TOOL_OPERATOR_OPS
     assert not OPERATOR_OPS & DESIGN_QUERIES
 
 

@@ -1,0 +1,215 @@
+"""Node-to-node calls in a fleet: an event for an object runs on its shard's owner.
+
+Every `Runtime` on a shared backend listens on an address it records in the
+database (127.0.0.1 and a free port by default). A call, a socket event or an
+operator's action on an object whose shard another node holds is sent there; the
+owner runs it as one of its own events and answers. One event at a time per
+object holds across the fleet because only the owner runs events. Connections are
+authenticated with the cluster secret every node reads from the database.
+
+The wire: JSON text frames. The caller's first frame is `{"op": "hello", "secret":
+..., "node": ...}`; then requests `{"id": n, "op": ..., ...}` answered by `{"id": n,
+"ok": true, "value": ...}` or `{"id": n, "ok": false, "error": {"type", "message"}}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alarmtop.core import errors as E
+from alarmtop.core.durable import errors as DE
+from alarmtop.core.errors import NodeUnreachable, RemoteCallError
+
+log = logging.getLogger("alarmtop.fleet")
+# The transport's own chatter (connections opened and closed) is not the operator's
+# business; its warnings and errors still show.
+_wire_log = logging.getLogger("alarmtop.fleet.wire")
+_wire_log.setLevel(logging.WARNING)
+MAX_FRAME = 4 * 1024 * 1024
+CALL_TIMEOUT_S = 60.0
+Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+# Errors a caller sees as if the call had run on its own node.
+_KNOWN: dict[str, type[BaseException]] = {
+    cls.__name__: cls for cls in (
+        E.UnknownMethod, E.NoAlarm, E.InvalidArgument, E.InvalidObjectName, E.NotSerializable,
+        E.ReentrantCall, E.StorageError, E.SqlError, E.DiskFull, E.RuntimeNotRunning,
+        DE.UnknownExecution, DE.UnknownCallback, DE.CallbackAlreadyCompleted,
+        DE.InvalidExecutionState, DE.ValidationError, ValueError, KeyError, LookupError,
+        RuntimeError, TypeError, PermissionError)}
+
+
+def error_payload(exc: BaseException) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def rebuild_error(payload: dict[str, Any], node: str) -> BaseException:
+    """The caller's side of an owner's error: the same type when it can be rebuilt from
+    its message alone, else a `RemoteCallError` naming it."""
+    name, message = str(payload.get("type")), str(payload.get("message"))
+    cls = _KNOWN.get(name)
+    if cls is not None:
+        try:
+            exc = cls.__new__(cls)
+            BaseException.__init__(exc, message)
+            return exc
+        except Exception:  # a constructor with fields: say what it was instead
+            pass
+    return RemoteCallError(name, message, node)
+
+
+class NodeServer:
+    """Where other nodes reach this one: a WebSocket route, authenticated."""
+
+    def __init__(self, node_id: str, secret: Callable[[], str], handle: Handler,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self.node_id = node_id
+        self._secret = secret
+        self._handle = handle
+        self.host, self.port = host, port
+        self._server: Any = None
+        self._conns: set[Any] = set()
+
+    @property
+    def address(self) -> str:
+        return f"ws://{self.host}:{self.port}/node"
+
+    async def start(self) -> None:
+        from websockets.asyncio.server import serve
+        self._server = await serve(self._serve, self.host, self.port, max_size=MAX_FRAME,
+                                   compression=None, logger=_wire_log)
+        self.port = next(iter(self._server.sockets)).getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for conn in list(self._conns):
+                conn.transport.abort()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+            self._server = None
+
+    async def _serve(self, conn: Any) -> None:
+        try:
+            hello = json.loads(await asyncio.wait_for(conn.recv(), 10.0))
+        except Exception:
+            await conn.close(1008, "hello expected")
+            return
+        secret = self._secret()
+        if not (isinstance(hello, dict) and hello.get("op") == "hello" and secret and
+                hmac.compare_digest(str(hello.get("secret", "")), secret)):
+            log.warning("node connection from %s refused: wrong cluster secret",
+                        conn.remote_address)
+            await conn.close(1008, "wrong cluster secret")
+            return
+        self._conns.add(conn)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            async for frame in conn:
+                request = json.loads(frame)
+                task = asyncio.get_running_loop().create_task(self._answer(conn, request))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except Exception:  # the caller went away: its calls' answers have nowhere to go
+            pass
+        finally:
+            self._conns.discard(conn)
+            for task in tasks:
+                task.cancel()
+
+    async def _answer(self, conn: Any, request: dict[str, Any]) -> None:
+        rid = request.get("id")
+        try:
+            value = await self._handle(request)
+            reply = {"id": rid, "ok": True, "value": value}
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            reply = {"id": rid, "ok": False, "error": error_payload(exc)}
+        with contextlib.suppress(Exception):
+            await conn.send(json.dumps(reply))
+
+
+class NodeClient:
+    """One connection to a peer node, shared by the calls made to it."""
+
+    def __init__(self, address: str, node_id: str, secret: str) -> None:
+        self.address = address
+        self._node_id = node_id
+        self._secret = secret
+        self._conn: Any = None
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self._reader: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connected(self) -> Any:
+        if self._conn is not None:
+            return self._conn
+        async with self._lock:
+            if self._conn is None:
+                from websockets.asyncio.client import connect
+                try:
+                    conn = await asyncio.wait_for(connect(self.address, max_size=MAX_FRAME,
+                                                          compression=None, logger=_wire_log),
+                                                  5.0)
+                except Exception as exc:
+                    raise NodeUnreachable(f"the node at {self.address} does not answer ({exc})"
+                                          ) from exc
+                await conn.send(json.dumps({"op": "hello", "secret": self._secret,
+                                            "node": self._node_id}))
+                self._conn = conn
+                self._reader = asyncio.get_running_loop().create_task(self._read(conn))
+        return self._conn
+
+    async def _read(self, conn: Any) -> None:
+        try:
+            async for frame in conn:
+                reply = json.loads(frame)
+                fut = self._pending.pop(reply.get("id"), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(reply)
+        except Exception:
+            pass
+        finally:
+            if self._conn is conn:
+                self._conn = None
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(NodeUnreachable(
+                        f"the node at {self.address} went away during the call"))
+            self._pending.clear()
+
+    async def request(self, op: str, timeout_s: float = CALL_TIMEOUT_S, **fields: Any) -> Any:
+        conn = await self._connected()
+        rid = next(self._ids)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = fut
+        try:
+            await conn.send(json.dumps({"id": rid, "op": op, **fields}))
+            reply = await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError as exc:
+            raise NodeUnreachable(f"the node at {self.address} did not answer within "
+                                  f"{timeout_s:g} s") from exc
+        finally:
+            self._pending.pop(rid, None)
+        if reply.get("ok"):
+            return reply.get("value")
+        raise rebuild_error(reply.get("error") or {}, self.address)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 1.0)
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)

@@ -1,0 +1,1 @@
+"""alarmtop's storage on PostgreSQL (asyncpg): the fleet backend."""

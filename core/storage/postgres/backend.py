@@ -1,0 +1,391 @@
+"""`PostgresBackend`: alarmtop's storage in PostgreSQL, for one node or a fleet.
+
+Everything durable lives in one PostgreSQL database (schema `alarmtop`): alarm
+rows, execution logs and history, the ledger, the audit log, object key-values,
+intents and schemas. Objects hash to a fixed number of shards; a node owns a shard
+through a lease row (owner, epoch, expiry) and fences every write it makes by that
+epoch in the same transaction, so a node that lost a lease can never commit over
+the new owner. The shard count is stored; a node started with another refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
+from alarmtop.core.storage.postgres import leases as L
+from alarmtop.core.storage.postgres.executions import PgExecutionStore
+from alarmtop.core.storage.postgres.index import PgAlarmIndex
+from alarmtop.core.storage.postgres.objects import PgObjectStore
+from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from alarmtop.core.storage.postgres.index import PgConn
+
+ObjectKey = tuple[str, str]
+DEFAULT_POOL = 20
+# Told (gained, lost) when the shards this node holds change.
+ShardListener = Callable[[set[int], set[int]], None]
+log = logging.getLogger("alarmtop.fleet")
+
+
+def wall_ms() -> int:
+    """Leases are between processes, so they run on the wall clock (not the runtime's
+    clock, which may be a test's virtual one)."""
+    return time.time_ns() // 1_000_000
+
+
+def shard_of(key: ObjectKey, shards: int) -> int:
+    """The shard of an object: a stable hash of its class and name."""
+    digest = hashlib.blake2b(f"{key[0]}\x00{key[1]}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def counter_slot(node_id: str) -> int:
+    """The slot of the counters a node adds to: a stable hash of its id, below 1,024 so
+    the table stays small however many nodes have come and gone (two nodes that share
+    a slot only wait for each other's commits on it)."""
+    digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 1024
+
+
+def _asyncpg() -> Any:
+    try:
+        import asyncpg
+    except ImportError as exc:  # pragma: no cover - exercised only without the extra
+        raise InvalidArgument("PostgresBackend needs asyncpg: pip install 'alarmtop[postgres]'"
+                              ) from exc
+    return asyncpg
+
+
+class PostgresBackend:
+    """Storage on PostgreSQL (asyncpg).
+
+    Args:
+        dsn: a libpq connection string or URL; its password may come from `PGPASSFILE`.
+        node_id: this node's name in the fleet (default `host-pid`).
+        shards: how many shards objects hash to (stored in the database at first start;
+            a node started with another count refuses to start).
+        lease_s: how long a shard lease lasts unless renewed.
+        pool_size: connections for reads and object events.
+    """
+
+    def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
+                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL) -> None:
+        if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
+            raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
+        if not lease_s > 0:
+            raise InvalidArgument(f"lease_s must be a positive number of seconds, not {lease_s!r}")
+        self.dsn = dsn
+        self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.shards = shards
+        self.lease_s = float(lease_s)
+        self.pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+        self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
+        self.address: str | None = None  # where other nodes reach this one
+        self.cluster_secret = ""
+        self.step: int | None = None  # shards moved per lease round (None: all at once)
+        self.nodes_seen: list[L.NodeRow] = []
+        self._renewed_ms = 0
+        self._rounds = 0
+        self._keeper: asyncio.Task[None] | None = None
+        self._on_change: ShardListener | None = None
+        self._index = PgAlarmIndex(self._require_pool, self._connect, self.shard_of,
+                                   self.fence, self.owned_shards)
+        self._executions = PgExecutionStore(self._index, self.node_id)
+
+    # -- the protocol ---------------------------------------------------------------------
+
+    @property
+    def alarm_index(self) -> PgAlarmIndex:
+        return self._index
+
+    @property
+    def execution_store(self) -> PgExecutionStore:
+        return self._executions
+
+    def shard_of(self, key: ObjectKey) -> int:
+        return shard_of(key, self.shards)
+
+    def _require_pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise StorageError("the PostgreSQL backend is not open", "postgresql")
+        return self._pool
+
+    async def _connect(self) -> PgConn:
+        """The committer's connection. Its writes add to this node's slot of each
+        counter (schema migration 3): nodes never wait for one another's."""
+        conn: PgConn = await _asyncpg().connect(
+            self.dsn, server_settings={"alarmtop.slot": str(counter_slot(self.node_id))})
+        return conn
+
+    async def open(self) -> None:
+        asyncpg = _asyncpg()
+        try:
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise StorageError(f"cannot connect to PostgreSQL ({exc}); check the DSN, that the "
+                               "server runs, and the password (PGPASSFILE)", "postgresql") from exc
+        try:
+            async with self._pool.acquire() as conn:
+                await self._migrate(conn)
+                await self._check_shards(conn)
+                self.cluster_secret = await self._secret(conn)
+            await self.keep_leases_once()
+            await self._index.open()
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
+        self._keeper = asyncio.get_running_loop().create_task(self._keep_leases(),
+                                                             name="pg-leases")
+
+    def bind(self, on_change: ShardListener, address: str | None = None) -> None:
+        """Told by the runtime: call `on_change(gained, lost)` when this node's shards
+        change; `address` is where other nodes reach it (recorded with its heartbeat)."""
+        self._on_change = on_change
+        if address is not None:
+            self.address = address
+
+    async def close(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+        await self._index.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            held, self.epochs = sorted(self.epochs), {}
+            try:
+                async with pool.acquire() as conn:
+                    # A clean stop hands its shards over at once, and says it stopped.
+                    await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
+                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
+                                       self.node_id, held)
+                    await conn.execute(f"UPDATE {SCHEMA}.nodes SET stopped_ms = $2 WHERE "
+                                       "node_id = $1", self.node_id, wall_ms())
+            except Exception:  # the next owner waits for the leases to run out instead
+                pass
+            try:
+                await asyncio.wait_for(pool.close(), 5.0)
+            except (TimeoutError, Exception):
+                pool.terminate()
+        self.epochs.clear()
+
+    async def open_object(self, object_class: str, object_name: str, create: bool = True,
+                          intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
+        key = (object_class, object_name)
+        return await PgObjectStore.open(self._require_pool(), key, create, intent,
+                                        self.shard_of(key), self.fence)
+
+    async def count_objects(self) -> int:
+        return await self._index.count_objects()
+
+    async def list_objects(self, limit: int, offset: int = 0,
+                           contains: str | None = None) -> list[tuple[str, str]]:
+        return await self._index.list_objects(limit, offset, contains)
+
+    # -- schema and shards ----------------------------------------------------------------
+
+    async def _migrate(self, conn: PgConn) -> None:
+        async with conn.transaction():
+            # One node migrates at a time; the others wait here, then find it done.
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('alarmtop-migrate'))")
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+            await conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta "
+                               "(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            version = int(await conn.fetchval(
+                f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema'") or 0)
+            if version > len(MIGRATIONS):
+                raise StorageError(f"the database's alarmtop schema is version {version}, newer "
+                                   f"than this alarmtop knows ({len(MIGRATIONS)}); upgrade "
+                                   "alarmtop on this node", "postgresql")
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                for stmt in statements(script):
+                    await conn.execute(stmt)
+                await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('schema', $1) "
+                                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                                   str(number))
+
+    async def _check_shards(self, conn: PgConn) -> None:
+        async with conn.transaction():
+            stored = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
+            if stored is None:
+                await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('shards', $1) "
+                                   "ON CONFLICT DO NOTHING", str(self.shards))
+                await conn.executemany(f"INSERT INTO {SCHEMA}.shards (shard) VALUES ($1) "
+                                       "ON CONFLICT DO NOTHING",
+                                       [(i,) for i in range(self.shards)])
+                stored = await conn.fetchval(
+                    f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
+        if int(stored) != self.shards:
+            raise InvalidArgument(f"this database was set up with {stored} shards; this node was "
+                                  f"started with {self.shards}: start it with shards={stored} "
+                                  "(the shard count of a fleet cannot change)")
+
+    async def _secret(self, conn: PgConn) -> str:
+        """The cluster's secret for node-to-node calls, made by the first node."""
+        await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('cluster_secret', $1) "
+                           "ON CONFLICT DO NOTHING", secrets.token_urlsafe(32))
+        value: str = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = "
+                                         "'cluster_secret'")
+        return value
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _keep_leases(self) -> None:
+        """Renew, claim and hand over, every third of a lease, until closed."""
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.keep_leases_once()
+            except Exception as exc:  # PostgreSQL away: the leases run out, others take over
+                log.warning("node %s could not renew its shard leases: %s", self.node_id, exc)
+                self._lose_expired()
+
+    def _lose_expired(self) -> None:
+        """Without PostgreSQL a node cannot know it still holds its shards once their
+        leases ran out: it stops running them (its writes would not land anyway)."""
+        if wall_ms() > self._renewed_ms + self.lease_ms:
+            lost = set(self.epochs)
+            if lost:
+                self.epochs = {}
+                self._changed(set(), lost)
+
+    @property
+    def lease_ms(self) -> int:
+        return round(self.lease_s * 1000)
+
+    async def keep_leases_once(self) -> None:
+        """One round: heartbeat, renew what is held, claim or hand over toward the fair
+        share. The keeper runs it on the wall clock: leases are between processes."""
+        now = wall_ms()
+        until = now + self.lease_ms
+        pool = self._require_pool()
+        async with pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(
+                    f"INSERT INTO {SCHEMA}.nodes (node_id, address, started_ms, renewed_ms) "
+                    "VALUES ($1, $2, $3, $3) ON CONFLICT (node_id) DO UPDATE SET address = "
+                    "EXCLUDED.address, renewed_ms = EXCLUDED.renewed_ms, stopped_ms = NULL",
+                    self.node_id, self.address, now)
+                renewed = await conn.fetch(
+                    f"UPDATE {SCHEMA}.shards SET expires_ms = $2 WHERE owner = $1 AND "
+                    "shard = ANY($3::int[]) RETURNING shard, epoch", self.node_id, until,
+                    sorted(self.epochs))
+                still = {int(r[0]): int(r[1]) for r in renewed
+                         if self.epochs.get(int(r[0])) == int(r[1])}
+                rows = [L.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3])) for r in
+                        await conn.fetch(f"SELECT shard, owner, epoch, expires_ms FROM "
+                                         f"{SCHEMA}.shards ORDER BY shard")]
+                nodes = [L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
+                    f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")]
+                live = L.live_nodes(nodes, now, self.lease_ms)
+                first = not self._rounds
+                decided = L.plan(self.node_id, rows, live, now, self.shards, step=self.step,
+                                 mine=frozenset() if first else frozenset(still))
+                released: set[int] = set()
+                if decided.release:
+                    for s in decided.release:
+                        still.pop(s, None)  # stop fencing them in first
+                    await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
+                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
+                                       self.node_id, decided.release)
+                    released = set(decided.release)
+                claimed = {}
+                if decided.claim:
+                    got = await conn.fetch(
+                        f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = "
+                        "$2 WHERE shard = ANY($3::int[]) AND (owner IS NULL OR owner = $1 OR "
+                        "expires_ms <= $4 OR NOT owner = ANY($5::text[])) RETURNING shard, "
+                        "epoch", self.node_id, until, decided.claim, now, live)
+                    claimed = {int(r[0]): int(r[1]) for r in got}
+        before = set(self.epochs)
+        self.epochs = {**still, **claimed}
+        self._renewed_ms = now
+        self._rounds += 1
+        self.nodes_seen = nodes
+        after = set(self.epochs)
+        gained, lost = after - before, (before - after) | (released & before)
+        if gained or lost:
+            self._changed(gained, lost)
+
+    def _changed(self, gained: set[int], lost: set[int]) -> None:
+        if self._on_change is not None:
+            try:
+                self._on_change(gained, lost)
+            except Exception:
+                log.exception("the runtime failed to take in a change of its shards")
+
+    async def claim_now(self, shard: int) -> bool:
+        """Claim a shard that has no live owner, for a call that needs it now."""
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            live = L.live_nodes([L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
+                f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")],
+                now, self.lease_ms)
+            row = await conn.fetchrow(
+                f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = $2 "
+                "WHERE shard = $3 AND (owner IS NULL OR expires_ms <= $4 OR NOT owner = "
+                "ANY($5::text[])) RETURNING epoch", self.node_id, now + self.lease_ms, shard,
+                now, live)
+        if row is None:
+            return False
+        self.epochs[shard] = int(row[0])
+        self._changed({shard}, set())
+        return True
+
+    async def owner_of(self, key: ObjectKey) -> tuple[str | None, str | None]:
+        """The node holding the object's shard and where to reach it (None when no live
+        node holds it)."""
+        shard = self.shard_of(key)
+        if shard in self.epochs:
+            return self.node_id, self.address
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            row = await conn.fetchrow(
+                f"SELECT s.owner, n.address, s.expires_ms FROM {SCHEMA}.shards s LEFT JOIN "
+                f"{SCHEMA}.nodes n ON n.node_id = s.owner WHERE s.shard = $1", shard)
+        if row is None or row[0] is None or int(row[2]) <= now:
+            return None, None
+        return str(row[0]), row[1]
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        """Every node the fleet has seen: id, address, shards held, last renewal, up."""
+        now = wall_ms()
+        async with self._require_pool().acquire() as conn:
+            rows = await conn.fetch(
+                f"SELECT n.node_id, n.address, n.started_ms, n.renewed_ms, n.stopped_ms, "
+                f"(SELECT count(*) FROM {SCHEMA}.shards s WHERE s.owner = n.node_id AND "
+                f"s.expires_ms > $1) FROM {SCHEMA}.nodes n ORDER BY n.node_id", now)
+        return [{"node_id": r[0], "address": r[1], "started_ms": r[2], "renewed_ms": r[3],
+                 "stopped_ms": r[4], "shards": int(r[5]),
+                 "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
+
+    async def fence(self, conn: PgConn, shards: set[int]) -> None:
+        """In the writer's transaction: proceed only while this node still holds each
+        shard's lease at the epoch it claimed it with. The rows are locked for share,
+        so a claim by another node waits for this transaction and then wins."""
+        wanted = sorted(shards)
+        rows = await conn.fetch(f"SELECT shard, owner, epoch FROM {SCHEMA}.shards WHERE "
+                                "shard = ANY($1::int[]) FOR SHARE", wanted)
+        held = self.epochs
+        lost = [int(r[0]) for r in rows if r[1] != self.node_id or held.get(int(r[0])) != r[2]]
+        if lost or len(rows) != len(wanted):
+            raise LeaseLost(f"this node ({self.node_id}) no longer holds shard(s) "
+                            f"{lost or wanted}: nothing of the write was kept; the objects' new "
+                            "owner carries on", "postgresql")
+
+    def owned_shards(self) -> Sequence[int]:
+        return sorted(self.epochs)

@@ -1,0 +1,277 @@
+"""Execution logs, history, the ledger and the audit log on PostgreSQL.
+
+The same shape as the SQLite store: checkpoints ride the alarm index's group
+commit (so a log and the alarm that acts on it can share one transaction), reads
+take connections from the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.durable.timers import (
+    EXECUTION_TIMER,
+    execution_timers,
+    may_hold_timers,
+    op_timers,
+)
+from alarmtop.core.errors import ChainBroken
+from alarmtop.core.storage.interface import LogChain
+from alarmtop.core.storage.keys import Cursor
+from alarmtop.core.storage.postgres import reads as R
+from alarmtop.core.storage.postgres.index import PgAlarmIndex, PgWrite
+from alarmtop.core.storage.postgres.schema import SCHEMA
+
+if TYPE_CHECKING:
+
+    from alarmtop.core.storage.postgres.index import PgConn
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class PgChainedWrite:
+    """A write of the runtime database that belongs to a `LogChain` (see SQLite's)."""
+
+    __slots__ = ("chain", "fn")
+
+    def __init__(self, fn: PgWrite, chain: LogChain) -> None:
+        self.fn, self.chain = fn, chain
+
+    async def __call__(self, conn: PgConn) -> None:
+        if self.chain.broken:
+            raise ChainBroken("an earlier checkpoint of this invocation was not written; "
+                              "the invocation runs again from what was")
+        await self.fn(conn)
+
+    def refused(self) -> None:
+        self.chain.broken = True
+
+
+class PgExecutionStore:
+    def __init__(self, db: PgAlarmIndex, node_id: str | None = None) -> None:
+        self._db = db
+        self.node_id = node_id
+
+    def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
+                   ops: Sequence[OperationRecord] = (),
+                   events: Sequence[dict[str, Any]] = (),
+                   chain: LogChain | None = None, *,
+                   marks: Mapping[str, str] | None = None,
+                   drop_ops: Sequence[str] = (),
+                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]:
+        return self._db.submit(extra=self.checkpoint_write(
+            execution_id, record, ops, events, chain, marks=marks, drop_ops=drop_ops,
+            drop_marks=drop_marks))
+
+    @staticmethod
+    def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
+                         ops: Sequence[OperationRecord] = (),
+                         events: Sequence[dict[str, Any]] = (),
+                         chain: LogChain | None = None, *,
+                         marks: Mapping[str, str] | None = None,
+                         drop_ops: Sequence[str] = (),
+                         drop_marks: Sequence[str] = ()) -> PgWrite:
+        """As SQLite's: the rows, then the execution's timers and recorded values, in the
+        one transaction the write rides; a redrive's drops first."""
+        rec_row = None if record is None else (
+            record.id, record.name, record.version, record.status.value, record.created_ms,
+            record.updated_ms, _dumps(record.to_dict()))
+        op_rows = [(execution_id, op.id, _dumps(op.to_dict())) for op in ops]
+        ev_rows = [(execution_id, ev["EventId"], _dumps(ev)) for ev in events]
+        dropped = [(execution_id, op_id) for op_id in drop_ops]
+        dropped_marks = [(execution_id, k) for k in drop_marks]
+        timer_keys: list[tuple[str, str]] = []
+        timer_rows: list[tuple[Any, ...]] = []
+        for op in ops:
+            if may_hold_timers(op):
+                timer_keys.append((execution_id, op.id))
+                timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                               for t in op_timers(op)]
+        finished = record is not None and record.finished
+        if record is not None and record.timeout_s:
+            timer_keys.append((execution_id, EXECUTION_TIMER))
+            timer_rows += [(execution_id, t.op_id, t.kind, t.due_ms, t.name)
+                           for t in execution_timers(record)]
+        mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
+
+        async def write(conn: PgConn) -> None:
+            if dropped:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.operations WHERE execution_id = $1 "
+                                       "AND op_id = $2", dropped)
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                       "execution_id = $1 AND op_id = $2", dropped)
+            if dropped_marks:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_marks WHERE "
+                                       "execution_id = $1 AND key = $2", dropped_marks)
+            if rec_row is not None:
+                await conn.execute(
+                    f"INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, "
+                    "updated_ms, data) VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (id) DO UPDATE "
+                    "SET name = EXCLUDED.name, version = EXCLUDED.version, status = "
+                    "EXCLUDED.status, created_ms = EXCLUDED.created_ms, updated_ms = "
+                    "EXCLUDED.updated_ms, data = EXCLUDED.data", *rec_row)
+            if op_rows:
+                await conn.executemany(
+                    f"INSERT INTO {SCHEMA}.operations (execution_id, op_id, data) VALUES "
+                    "($1,$2,$3) ON CONFLICT (execution_id, op_id) DO UPDATE SET data = "
+                    "EXCLUDED.data", op_rows)
+            if ev_rows:
+                await conn.executemany(f"INSERT INTO {SCHEMA}.history (execution_id, event_id, "
+                                       "data) VALUES ($1,$2,$3)", ev_rows)
+            if mark_rows:
+                await conn.executemany(f"INSERT INTO {SCHEMA}.execution_marks (execution_id, key, "
+                                       "value) VALUES ($1,$2,$3) ON CONFLICT (execution_id, key) "
+                                       "DO UPDATE SET value = EXCLUDED.value", mark_rows)
+            if finished:
+                await conn.execute(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                   "execution_id = $1", execution_id)
+                return
+            if timer_keys:
+                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                                       "execution_id = $1 AND op_id = $2", timer_keys)
+            if timer_rows:
+                await conn.executemany(
+                    f"INSERT INTO {SCHEMA}.execution_timers (execution_id, op_id, kind, due_ms, "
+                    "name) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (execution_id, op_id, kind) DO "
+                    "UPDATE SET due_ms = EXCLUDED.due_ms, name = EXCLUDED.name", timer_rows)
+
+        return write if chain is None else PgChainedWrite(write, chain)
+
+    async def marks(self, execution_id: str) -> dict[str, str]:
+        rows = await self._db._fetch(f"SELECT key, value FROM {SCHEMA}.execution_marks WHERE "
+                                     "execution_id = $1", execution_id)
+        return {r[0]: r[1] for r in rows}
+
+    async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
+                     execution_id: str | None = None) -> builtins.list[dict[str, Any]]:
+        where: list[str] = []
+        params: list[Any] = []
+        if after is not None:
+            n = len(params)
+            where.append(f"(t.due_ms, t.execution_id, t.op_id, t.kind) > "
+                         f"(${n + 1}, ${n + 2}, ${n + 3}, ${n + 4})")
+            params += list(after)
+        if execution_id is not None:
+            params.append(execution_id)
+            where.append(f"t.execution_id = ${len(params)}")
+        params.append(limit)
+        rows = await self._db._fetch(
+            f"SELECT t.execution_id, t.op_id, t.kind, t.due_ms, t.name, e.name, e.status, "
+            f"(e.data::jsonb ->> 'paused') FROM {SCHEMA}.execution_timers t JOIN "
+            f"{SCHEMA}.executions e ON e.id = t.execution_id"
+            + (" WHERE " + " AND ".join(where) if where else "")
+            + f" ORDER BY t.due_ms, t.execution_id, t.op_id, t.kind LIMIT ${len(params)}",
+            *params)
+        return [{"execution_id": r[0], "op_id": r[1] or None, "kind": r[2], "due_ms": r[3],
+                 "name": r[4], "handler": r[5], "status": r[6], "paused": r[7] is not None,
+                 "key": [r[3], r[0], r[1], r[2]]} for r in rows]
+
+    def submit(self, write: PgWrite) -> asyncio.Future[None]:
+        return self._db.submit(extra=write)
+
+    async def flush(self) -> None:
+        await self._db.submit()
+
+    async def get(self, execution_id: str) -> ExecutionRecord | None:
+        rows = await self._db._fetch(f"SELECT data FROM {SCHEMA}.executions WHERE id = $1",
+                                     execution_id)
+        return ExecutionRecord.from_dict(json.loads(rows[0][0])) if rows else None
+
+    async def operations(self, execution_id: str) -> builtins.list[OperationRecord]:
+        rows = await self._db._fetch(f"SELECT data FROM {SCHEMA}.operations WHERE "
+                                     "execution_id = $1", execution_id)
+        return [OperationRecord.from_dict(json.loads(r[0])) for r in rows]
+
+    async def max_event_id(self, execution_id: str) -> int:
+        rows = await self._db._fetch(f"SELECT max(event_id) FROM {SCHEMA}.history WHERE "
+                                     "execution_id = $1", execution_id)
+        return int(rows[0][0] or 0)
+
+    async def history(self, execution_id: str, after: int = 0,
+                      limit: int = -1) -> builtins.list[dict[str, Any]]:
+        rows = await self._db._fetch(
+            f"SELECT data FROM {SCHEMA}.history WHERE execution_id = $1 AND event_id > $2 "
+            "ORDER BY event_id LIMIT $3", execution_id, after, None if limit < 0 else limit)
+        return [json.loads(r[0]) for r in rows]
+
+    async def list(self, status: str | None = None, limit: int = 100,
+                   offset: int = 0) -> builtins.list[ExecutionRecord]:
+        """Executions most in need of a person first (see `page`), by offset."""
+        return await self.page(None, limit, offset=offset, status=status)
+
+    async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
+                   status: str | None = None, contains: str | None = None,
+                   desc: bool = False) -> builtins.list[ExecutionRecord]:
+        """By the urgency index (schema migration 3), on a pooled connection."""
+        sql, params = R.execution_page(after, limit, offset=offset, status=status,
+                                       contains=contains, desc=desc)
+        return [ExecutionRecord.from_dict(json.loads(r[0]))
+                for r in await self._db._fetch(sql, *params)]
+
+    async def count(self, status: str | None = None, contains: str | None = None) -> int:
+        if contains:
+            sql, params = R.execution_count(status, contains)
+            return int((await self._db._fetch(sql, *params))[0][0])
+        counts = await self.counts()
+        return counts.get(status, 0) if status else sum(counts.values())
+
+    async def counts(self) -> dict[str, int]:
+        """From the counters kept with the writes: no scan."""
+        return dict(self._db.counters().executions)
+
+    # -- the idempotency ledger -----------------------------------------------------------
+
+    async def ledger_deliver(self, key: str, value: Any, at_ms: int,
+                             honour_key: bool = True) -> bool:
+        """True the first time `key` is delivered: decided inside the write."""
+        seen: builtins.list[int] = []
+
+        async def write(conn: PgConn) -> None:
+            n = await conn.fetchval(
+                f"INSERT INTO {SCHEMA}.ledger (key, value, at_ms, deliveries) VALUES "
+                "($1,$2,$3,1) ON CONFLICT (key) DO UPDATE SET deliveries = "
+                f"{SCHEMA}.ledger.deliveries + 1 RETURNING deliveries", key, _dumps(value),
+                at_ms)
+            seen.append(int(n))
+        await self._db.submit(extra=write)
+        return seen[-1] == 1 or not honour_key
+
+    async def ledger_get(self, key: str) -> dict[str, Any] | None:
+        rows = await self._db._fetch(f"SELECT value, at_ms, deliveries FROM {SCHEMA}.ledger "
+                                     "WHERE key = $1", key)
+        if not rows:
+            return None
+        return {"value": json.loads(rows[0][0]), "at_ms": rows[0][1], "deliveries": rows[0][2]}
+
+    # -- audit log ------------------------------------------------------------------------
+
+    async def audit_append(self, entry: dict[str, Any]) -> None:
+        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
+               entry.get("target"), entry.get("reason"), bool(entry.get("ok", True)),
+               _dumps(entry.get("detail")), self.node_id)
+
+        async def write(conn: PgConn) -> None:
+            await conn.execute(f"INSERT INTO {SCHEMA}.audit (at_ms, actor, role, action, target, "
+                               "reason, ok, detail, node) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                               *row)
+        await self._db.submit(extra=write)
+
+    async def audit_list(self, limit: int = 100,
+                         offset: int = 0) -> builtins.list[dict[str, Any]]:
+        """The newest rows first, by offset (see `audit_page`)."""
+        return await self.audit_page(None, limit, offset=offset)
+
+    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
+                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
+        """By `seq` (the table's own key)."""
+        sql, params = R.audit_page(after, limit, offset=offset, desc=desc)
+        out = [dict(zip(R.AUDIT_COLUMNS, r, strict=True))
+               for r in await self._db._fetch(sql, *params)]
+        for d in out:
+            d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
+        return out

@@ -1,0 +1,244 @@
+"""One object's storage on PostgreSQL: its key-values, its own schema, its intent.
+
+The key-values of every object are one table keyed by (class, name, key); an
+object's SQL runs in a schema of its own (`search_path`), made on its first SQL
+statement and dropped by `delete_all()`; `?` placeholders are accepted. An event's
+writes are one transaction on a connection the object holds from its first write
+to its commit. A statement that fails is undone alone (a savepoint around it), as
+on SQLite, where a failed statement leaves the event's other writes standing.
+
+Every commit is fenced: it lands only while this node holds the lease of the
+object's shard (checked in the same transaction), so a node that lost its lease
+cannot commit over the object's new owner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.errors import SqlError, StorageError
+from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.interface import ExecResult
+from alarmtop.core.storage.postgres.schema import SCHEMA
+from alarmtop.core.storage.postgres.sql import placeholders, rows_written
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from alarmtop.core.storage.postgres.index import PgConn, PooledConn
+
+ObjectKey = tuple[str, str]
+Fence = Callable[["PgConn", set[int]], Awaitable[None]]
+
+
+def schema_name(key: ObjectKey) -> str:
+    """The object's own schema: short (identifiers stop at 63 bytes) and never shared."""
+    digest = hashlib.sha256(f"{key[0]}\x00{key[1]}".encode()).hexdigest()[:40]
+    return f"obj_{digest}"
+
+
+class PgObjectStore:
+    """`ObjectStore` for one object on PostgreSQL."""
+
+    def __init__(self, pool: asyncpg.Pool, key: ObjectKey, intent: tuple[int, int | None],
+                 shard: int, fence: Fence | None) -> None:
+        self._pool = pool
+        self._key = key
+        self._shard = shard
+        self._fence = fence
+        self.path = f"postgresql:{key[0]}/{key[1]}"
+        self._schema = schema_name(key)
+        self._intent = intent
+        self._pending_intent: tuple[int, int | None] | None = None
+        self._conn: PooledConn | None = None
+        self._schema_ready = False  # made and on the search path in this transaction
+        self._savepoints = 0
+
+    @classmethod
+    async def open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
+                   intent: tuple[int, int | None], shard: int, fence: Fence | None
+                   ) -> PgObjectStore | None:
+        """The object's storage; None when it has none and `create` is false. A new
+        one starts with `intent` (the object's row listing it was written first)."""
+        async with pool.acquire() as conn:
+            row = await conn.fetchrow(f"SELECT gen, at_ms FROM {SCHEMA}.object_intents WHERE "
+                                      "object_class = $1 AND object_name = $2", *key)
+            if row is None:
+                listed = await conn.fetchval(f"SELECT 1 FROM {SCHEMA}.objects WHERE "
+                                             "object_class = $1 AND object_name = $2", *key)
+                if not listed and not create:
+                    return None
+                await conn.execute(f"INSERT INTO {SCHEMA}.object_intents (object_class, "
+                                   "object_name, gen, at_ms) VALUES ($1, $2, $3, $4) "
+                                   "ON CONFLICT DO NOTHING", *key, *intent)
+                found = intent
+            else:
+                found = (int(row[0]), row[1])
+        return cls(pool, key, found, shard, fence)
+
+    # -- the event's transaction ----------------------------------------------------------
+
+    async def begin(self) -> None:
+        if self._conn is None:
+            conn = await self._pool.acquire()
+            try:
+                await conn.execute("BEGIN")
+            except BaseException:
+                await self._pool.release(conn)
+                raise
+            self._conn, self._schema_ready = conn, False
+
+    async def _tx(self) -> PgConn:
+        await self.begin()
+        assert self._conn is not None
+        return self._conn
+
+    async def _guarded(self, conn: PgConn, doing: str, sql: str | None,
+                       run: Callable[[], Awaitable[Any]]) -> Any:
+        """Run one statement under a savepoint: a failure undoes it alone."""
+        await conn.execute("SAVEPOINT alarmtop_stmt")
+        try:
+            out = await run()
+        except Exception as exc:
+            await conn.execute("ROLLBACK TO SAVEPOINT alarmtop_stmt")
+            await conn.execute("RELEASE SAVEPOINT alarmtop_stmt")
+            if type(exc).__module__.startswith("asyncpg") and sql is not None and \
+                    hasattr(exc, "sqlstate"):
+                raise SqlError(f"{exc} (in: {sql[:200]})", self.path) from exc
+            raise StorageError(f"{doing} failed: {exc}", self.path) from exc
+        await conn.execute("RELEASE SAVEPOINT alarmtop_stmt")
+        return out
+
+    async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
+        conn = await self._tx()
+        if not self._schema_ready:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
+            await conn.execute(f'SET LOCAL search_path TO "{self._schema}"')
+            self._schema_ready = True
+        text, _ = placeholders(sql)
+
+        async def run() -> ExecResult:
+            stmt = await conn.prepare(text)
+            rows = await stmt.fetch(*params)
+            columns = tuple(a.name for a in stmt.get_attributes())
+            return ExecResult(columns, [dict(r) for r in rows],
+                              rows_written(stmt.get_statusmsg() or ""))
+        result: ExecResult = await self._guarded(conn, "a SQL statement", sql, run)
+        return result
+
+    async def kv_get(self, keys: Sequence[str]) -> dict[str, str]:
+        conn = await self._tx()
+        rows = await conn.fetch(f"SELECT key, value FROM {SCHEMA}.object_kv WHERE "
+                                "object_class = $1 AND object_name = $2 AND key = ANY($3)",
+                                *self._key, list(keys))
+        return {r[0]: r[1] for r in rows}
+
+    async def kv_put(self, items: Sequence[tuple[str, str]]) -> None:
+        conn = await self._tx()
+        await conn.executemany(
+            f"INSERT INTO {SCHEMA}.object_kv (object_class, object_name, key, value) VALUES "
+            "($1, $2, $3, $4) ON CONFLICT (object_class, object_name, key) DO UPDATE SET "
+            "value = EXCLUDED.value", [(*self._key, k, v) for k, v in items])
+
+    async def kv_delete(self, keys: Sequence[str]) -> int:
+        conn = await self._tx()
+        status = await conn.execute(f"DELETE FROM {SCHEMA}.object_kv WHERE object_class = $1 "
+                                    "AND object_name = $2 AND key = ANY($3)", *self._key,
+                                    list(keys))
+        return rows_written(status)
+
+    async def kv_list(self, prefix: str, limit: int | None) -> list[tuple[str, str]]:
+        conn = await self._tx()
+        # A range of keys rather than LIKE: keys may contain '%' and '_'. Collation C:
+        # the order is byte order, as on SQLite.
+        sql = (f"SELECT key, value FROM {SCHEMA}.object_kv WHERE object_class = $1 AND "
+               'object_name = $2 AND key COLLATE "C" >= $3')
+        params: list[Any] = [*self._key, prefix]
+        if prefix:
+            sql += f' AND key COLLATE "C" < ${len(params) + 1}'
+            params.append(prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        sql += ' ORDER BY key COLLATE "C"'
+        if limit is not None:
+            sql += f" LIMIT ${len(params) + 1}"
+            params.append(limit)
+        rows = await conn.fetch(sql, *params)
+        return [(r[0], r[1]) for r in rows]
+
+    async def savepoint(self, name: str) -> None:
+        await (await self._tx()).execute(f"SAVEPOINT {name}")
+
+    async def release(self, name: str) -> None:
+        await (await self._tx()).execute(f"RELEASE SAVEPOINT {name}")
+
+    async def rollback_to(self, name: str) -> None:
+        if self._conn is None:
+            return
+        await self._conn.execute(f"ROLLBACK TO SAVEPOINT {name}")
+        await self._conn.execute(f"RELEASE SAVEPOINT {name}")
+
+    async def read_intent(self) -> tuple[int, int | None]:
+        return self._intent
+
+    async def write_intent(self, gen: int, at_ms: int | None) -> None:
+        conn = await self._tx()
+        await conn.execute(f"INSERT INTO {SCHEMA}.object_intents (object_class, object_name, "
+                           "gen, at_ms) VALUES ($1, $2, $3, $4) ON CONFLICT (object_class, "
+                           "object_name) DO UPDATE SET gen = EXCLUDED.gen, at_ms = "
+                           "EXCLUDED.at_ms", *self._key, gen, at_ms)
+        self._pending_intent = (gen, at_ms)
+
+    async def commit(self) -> None:
+        """Fence, then commit the event (a failure rolls back: the next event starts clean)."""
+        conn = self._conn
+        pending, self._pending_intent = self._pending_intent, None
+        if conn is None:
+            return
+        try:
+            if FAULT_POINTS.active:
+                FAULT_POINTS.hit("object.commit.before", key=self._key)
+            if self._fence is not None:
+                await self._fence(conn, {self._shard})
+            await conn.execute("COMMIT")
+        except BaseException as exc:
+            await self._end(rollback=True)
+            if isinstance(exc, StorageError):
+                raise
+            if isinstance(exc, Exception):
+                raise StorageError(f"committing failed: {exc}", self.path) from exc
+            raise
+        await self._end(rollback=False)
+        if pending is not None:
+            self._intent = pending
+        if FAULT_POINTS.active:
+            FAULT_POINTS.hit("object.commit.after", key=self._key)
+
+    async def rollback(self) -> None:
+        self._pending_intent = None
+        await self._end(rollback=True)
+
+    async def _end(self, rollback: bool) -> None:
+        conn, self._conn = self._conn, None
+        self._schema_ready = False
+        if conn is None:
+            return
+        try:
+            if rollback and not conn.is_closed():
+                try:
+                    await conn.execute("ROLLBACK")
+                except Exception:  # already rolled back, or the connection went
+                    conn.terminate()
+        finally:
+            await self._pool.release(conn)
+
+    async def destroy(self) -> None:
+        """Drop every table and key the object made; its intent stays (as on SQLite)."""
+        conn = await self._tx()
+        await conn.execute(f"DELETE FROM {SCHEMA}.object_kv WHERE object_class = $1 AND "
+                           "object_name = $2", *self._key)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{self._schema}" CASCADE')
+        self._schema_ready = False
+
+    async def close(self) -> None:
+        await self._end(rollback=True)
