@@ -4,15 +4,21 @@ means the same row everywhere, and the counters equal a recount."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
+from alarmtop.core import PostgresBackend, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.storage import keys as K
+from alarmtop.core.storage.postgres.backend import shard_of
+from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 from tests.conftest import START_MS, RuntimeFactory
 
 PAGE = 7
@@ -131,3 +137,62 @@ async def test_audit_pages_by_seq_both_ways(make_runtime: RuntimeFactory) -> Non
                               lambda r: (r["seq"],))
     assert [r["action"] for r in newest] == [f"a{i}" for i in range(11, -1, -1)]
     assert oldest == newest[::-1] and newest[0]["detail"] == {"i": 11}
+
+
+async def test_a_postgres_schema_of_the_version_before_is_counted_when_migrated(
+        pg_dsn: str, clock: VirtualClock, data_dir: Path) -> None:
+    """A fleet database made before the counters (schema version 2), with rows of every
+    kind: the migration counts them, indexes them by key, and the counters then
+    follow the writes of two nodes at once."""
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute(f"CREATE SCHEMA {SCHEMA}")
+        await conn.execute(f"CREATE TABLE {SCHEMA}.meta (key TEXT PRIMARY KEY, value TEXT "
+                           "NOT NULL)")
+        for script in MIGRATIONS[:2]:
+            for stmt in statements(script):
+                await conn.execute(stmt)
+        await conn.execute(f"INSERT INTO {SCHEMA}.meta VALUES ('schema', '2')")
+        await conn.executemany(
+            f"INSERT INTO {SCHEMA}.alarms (object_class, object_name, shard, scheduled_ms, "
+            "state, retry_count, next_attempt_ms, due_ms) VALUES ($1,$2,$3,$4,$5,$6,$7,$7)",
+            [(c, n, shard_of((c, n), 8), START_MS, state, retries, nxt)
+             for c, n, state, retries, nxt in [
+                 ("A", "p1", "pending", 0, START_MS + 5), ("A", "r1", "retrying", 3,
+                                                           START_MS + 9),
+                 ("B", "d1", "dead", 6, None), ("B", "s1", "pending", 0, START_MS + 1)]])
+        await conn.execute(f"INSERT INTO {SCHEMA}.objects VALUES ('B', 's1', 's1', 0), "
+                           "('C', 'only-file', 'o', 0)")
+        await conn.execute(f"INSERT INTO {SCHEMA}.executions VALUES ('e1', 'job', '1', "
+                           "'needs_human', 0, 0, '{{}}')")
+    finally:
+        await conn.close()
+    nodes = [Runtime(data_dir / n, clock=clock, backend=PostgresBackend(pg_dsn, n, shards=8))
+             for n in ("n1", "n2")]
+    for rt in nodes:
+        await rt.start()
+    try:
+        index = nodes[0].backend.alarm_index
+        counts = index.counters()
+        assert counts == await index.recount()
+        assert counts.alarms == {"pending": 2, "retrying": 1, "running": 0, "dead": 1}
+        assert dict(counts.retries) == {("A", 3): 1}
+        assert dict(counts.executions) == {"needs_human": 1}
+        assert (counts.stored, counts.known) == (2, 6)  # 4 alarms + 1 file only + e1
+        assert [r.object_name for r in await index.alarm_page(None, 10)] == [
+            "d1", "r1", "s1", "p1"]
+        # Each node writes the alarms of the shards it holds, at the same time.
+        backends = [rt.backend for rt in nodes]
+        assert all(isinstance(b, PostgresBackend) for b in backends)
+        for _ in range(4):  # lease rounds, until the shards are shared out
+            for b in backends:
+                await b.keep_leases_once()
+        assert all(b.owned_shards() for b in backends)
+        writes = [b.alarm_index.write([r]) for r in mixed_alarms(120) for b in backends
+                  if b.shard_of(r.key) in b.owned_shards()]
+        await asyncio.gather(*writes)
+        await nodes[1].backend.alarm_index.write([])  # reads the counters back
+        assert nodes[1].backend.alarm_index.counters() == await index.recount()
+    finally:
+        for rt in nodes:
+            await rt.stop()
