@@ -7,7 +7,7 @@ connections from the pool. Every batch is fenced: it commits only while this nod
 still holds the lease of each shard it writes (`fence`), in the same transaction.
 
 The counts an operator watches are kept by triggers in the transaction of each
-write (schema migration 3) and read back by the committer after each batch, and
+write (schema.py: the counters migration) and read back by the committer after each batch, and
 every second while it is idle (other nodes write too): `counters()` costs no I/O.
 """
 
@@ -25,6 +25,7 @@ from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.interface import Counts, ObjectEntry
 from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.postgres import reads as R
+from alarmtop.core.storage.postgres.failures import storage_error
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -240,8 +241,7 @@ class PgAlarmIndex:
             rows = [to_row(v, self.shard_of(k)) for k, v in final.items() if v is not None]
             if rows:
                 await conn.executemany(_UPSERT, rows)
-            for fn in extras:
-                await fn(conn)
+            await _run_extras(conn, extras)
         if FAULT_POINTS.active:
             FAULT_POINTS.hit("index.commit.after", keys=list(final), extras=len(extras))
 
@@ -420,7 +420,21 @@ def _connection_lost(exc: BaseException) -> bool:
 
 
 def _storage_error(exc: BaseException, path: str) -> StorageError:
-    if isinstance(exc, StorageError):
-        return exc
-    return StorageError(f"the runtime database (PostgreSQL) failed: {type(exc).__name__}: "
-                        f"{exc}", path)
+    return storage_error(exc, path, "the runtime database's read or write")
+
+
+async def _run_extras(conn: PgConn, extras: list[PgWrite]) -> None:
+    """The batch's other writes, in order; a run of writes that share a `merged`
+    writer (plain checkpoints) goes to it at once: fewer round trips, same rows."""
+    i = 0
+    while i < len(extras):
+        merge = getattr(extras[i], "merged", None)
+        j = i + 1
+        if merge is not None:
+            while j < len(extras) and getattr(extras[j], "merged", None) is merge:
+                j += 1
+        if j - i > 1 and merge is not None:
+            await merge(conn, extras[i:j])
+        else:
+            await extras[i](conn)
+        i = j

@@ -5,7 +5,7 @@ a pooled connection, so a listing never waits for the committer nor delays it.
 Pages are by key (core/storage/keys.py): `WHERE (key...) > (cursor...) ORDER BY
 key LIMIT n` on an index of that key, so a page deep in a million rows costs what
 the first does. Names are compared byte by byte (their columns are `COLLATE "C"`,
-migration 3), the order SQLite and Python use, so a cursor means one order on
+schema.py's counters migration), the order SQLite and Python use, so a cursor means one order on
 every backend.
 """
 
