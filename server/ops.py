@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
+from alarmtop.core import AlarmStatus, RetryPolicy, Runtime, hook_info
 from alarmtop.core.alarms.policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
@@ -42,6 +42,7 @@ from alarmtop.core.storage import keys as K
 from alarmtop.core.storage.interface import ObjectEntry
 from alarmtop.core.tasks import Supervisor, patience
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
+from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (
     KEYED,
     CountCache,
@@ -179,6 +180,7 @@ class OpsService:
         # finish after it was answered; `close()` ends whatever is left at shutdown.
         self.tasks = Supervisor(None, "ops commands")
         self._tools = ExecutionTools(runtime)
+        self.fleet = FleetView(runtime)  # the nodes, cached: the header asks every tick
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
             "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
@@ -186,11 +188,37 @@ class OpsService:
             "alarms": self.alarms, "alarm": self._alarm, "objects": self.objects,
             "executions": self.executions, "execution": self._execution,
             "audit": self._audit, "faults": self._faults, "snapshot": self._snapshot,
+            "nodes": self.fleet.query,
         }
 
     async def run(self, cmd: Command, session: Session) -> Any:
         """Apply a command within its deadline; raises `AlarmtopError`/`ProtocolError`
-        with a clear message. A command (not a query) is audited whatever happens."""
+        with a clear message. A command (not a query) is audited whatever happens.
+
+        The runtime's plugins hear it start and end (`on_command_start/end`), in this
+        task: the work it does (object events, executions) happens within it."""
+        hooks = self.rt.hooks
+        if not (hooks.on_command_start or hooks.on_command_end):
+            return await self._run(cmd, session)
+        start = hook_info.CommandInfo(cmd.op, _target(cmd.args), session.role,
+                                      session.address, not cmd.needs_operator,
+                                      self.rt.clock.now_ms())
+        hooks.fire(hooks.on_command_start, start)
+        outcome = hook_info.Outcome.OK
+        error: BaseException | None = None
+        try:
+            return await self._run(cmd, session)
+        except BaseException as exc:
+            # A command past its deadline may still finish: no outcome, rather than error.
+            abandoned = isinstance(exc, CommandTimeout)
+            outcome = hook_info.Outcome.ABANDONED if abandoned else hook_info.Outcome.ERROR
+            error = exc
+            raise
+        finally:
+            hooks.fire(hooks.on_command_end, hook_info.CommandEndInfo(
+                start, outcome, self.rt.clock.now_ms(), error))
+
+    async def _run(self, cmd: Command, session: Session) -> Any:
         if not cmd.needs_operator:
             try:
                 async with asyncio.timeout(self.deadline_s):
@@ -477,7 +505,7 @@ class OpsService:
         every = [r for r in every if (not target or target in (r["target"],
                                                                r.get("execution_id")))
                  and contains(text, r["action"], r["target"], r.get("execution_id"),
-                              r["actor"], r["reason"])]
+                              r["actor"], r["reason"], r.get("node"))]
         rows = window(sort_rows("audit", every, sort, bool(desc)), offset, limit)
         return {"rows": rows, "offset": offset, "total": len(every)}
 
@@ -504,7 +532,7 @@ class OpsService:
                 "objects": c.stored, "known": c.known,
                 "resident": len(self.rt.resident_objects()),
                 "executions": executions, "needs_human": executions.get("needs_human", 0),
-                "faults": len(self.rt.faults.list())}
+                "faults": len(self.rt.faults.list()), "nodes": await self.fleet.summary()}
 
     async def snapshot(self) -> dict[str, Any]:
         """The most urgent page of everything, plus counts: what a new client sees first."""

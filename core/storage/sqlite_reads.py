@@ -288,7 +288,8 @@ def execution_count(conn: sqlite3.Connection, status: str | None, contains: str)
 
 # -- audit ------------------------------------------------------------------------------------
 
-AUDIT_COLUMNS = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail")
+AUDIT_COLUMNS = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail",
+                 "node")
 
 
 def audit_page(conn: sqlite3.Connection, after: Cursor | None, limit: int, *, offset: int,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from alarmtop.core.durable import (
     durable_execution,
 )
 from alarmtop.core.durable.config import JitterStrategy
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 from tests.conftest import RuntimeFactory
+from tests.sqlite_versions import as_version, migration_adding
 
 RETRY = StepConfig(retry_strategy=create_retry_strategy(RetryStrategyConfig(
     max_attempts=10, initial_delay=Duration(7), jitter_strategy=JitterStrategy.NONE)))
@@ -95,32 +94,6 @@ async def test_bad_pages_are_refused(make_runtime: RuntimeFactory) -> None:
         await rt.executions.timers(after=[1, 2])
 
 
-def as_before_timers(path: Path) -> None:
-    """Make `path` a runtime database of the version before the timers table: a fresh
-    file migrated that far, given the rows of every table it has (the migrations
-    after the timers one change other tables too, so dropping the timers tables and
-    the version number alone would not give an older file)."""
-    timers = next(i for i, m in enumerate(RUNTIME_MIGRATIONS) if "execution_timers" in m)
-    old = path.with_suffix(".new")
-    conn = sqlite3.connect(old, isolation_level=None)
-    migrate(conn, RUNTIME_MIGRATIONS[:timers])
-    conn.execute("ATTACH DATABASE ? AS cur", (str(path),))
-    tables = [r[0] for r in conn.execute(
-        "SELECT name FROM main.sqlite_master WHERE type = 'table' AND name NOT LIKE "
-        "'sqlite_%' AND name != '_alarmtop_schema'")]
-    conn.execute("BEGIN")
-    conn.execute("DELETE FROM main.upgrades")
-    for table in tables:
-        cols = ", ".join(r[1] for r in conn.execute(f"PRAGMA main.table_info({table})"))
-        conn.execute(f"INSERT INTO main.{table} ({cols}) SELECT {cols} FROM cur.{table}")
-    conn.execute("COMMIT")
-    conn.execute("DETACH DATABASE cur")
-    conn.close()
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    old.rename(path)
-
-
 @pytest.mark.sqlite_only  # the SQLite schema's own migration
 async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
         make_runtime: RuntimeFactory, clock: VirtualClock, data_dir: Path) -> None:
@@ -132,7 +105,7 @@ async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
     await clock.advance(1)
     before = await rt.executions.timers()
     await rt.stop()
-    as_before_timers(data_dir / "runtime.sqlite")
+    as_version(data_dir / "runtime.sqlite", migration_adding("execution_timers"))
     rt2 = await make_runtime()
     rt2.register_execution(many)
     assert await rt2.executions.timers() == before and len(before) == 6
