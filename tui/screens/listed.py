@@ -112,7 +112,8 @@ class ListPane:
 
     def subtitle(self) -> str:
         first, last, total = self.pager.span()
-        text = f"{first:,}-{last:,} of {count(total)}"
+        about = "about " if self.pager.shown.approximate else ""
+        text = f"{about}{first:,}-{last:,} of {count(total)}"
         if last < total:
             text += "  pgdn: next"
         if not self.pager.loaded and not self.pager.error:
