@@ -463,7 +463,8 @@ class OpsService:
                 # an execution's log is in the runtime's database, not a file of its own
                 "storage": e.stored or e.execution,
                 "sockets": self.rt.sockets.count(key),
-                "alarm_ms": e.next_attempt_ms, "alarm_state": e.alarm_state}
+                "alarm_ms": e.next_attempt_ms, "alarm_state": e.alarm_state,
+                "alarm_paused": e.alarm_paused}
 
     async def executions(self, args: dict[str, Any]) -> Any:
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)

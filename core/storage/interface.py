@@ -65,6 +65,7 @@ class ObjectEntry(NamedTuple):
     execution: bool  # it is an execution (its log lives in the runtime's database)
     alarm_state: str | None
     next_attempt_ms: int | None
+    alarm_paused: bool = False  # an operator paused its alarm
 
 
 class ObjectStore(Protocol):

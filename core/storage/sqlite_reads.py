@@ -215,7 +215,8 @@ def alarm_count(conn: sqlite3.Connection, state: str | None, contains: str) -> i
 
 # -- objects known --------------------------------------------------------------------------
 
-_OBJECT_COLUMNS = ("k.object_class, k.object_name, k.sources, a.state, a.next_attempt_ms")
+_OBJECT_COLUMNS = ("k.object_class, k.object_name, k.sources, a.state, a.next_attempt_ms, "
+                   "a.paused_ms")
 _OBJECT_TEXT = "instr(k.object_class || '/' || k.object_name, ?) > 0"
 
 
@@ -235,8 +236,8 @@ def object_page(conn: sqlite3.Connection, after: Cursor | None, limit: int, *, o
            f"{_where(terms)} ORDER BY {_order(key, desc)} LIMIT ? OFFSET ?")
     rows = conn.execute(sql, [*params, limit, offset]).fetchall()
     return [ObjectEntry(cls, name, bool(src & 1), bool(src & 4), state,
-                        None if state == "dead" else nxt)
-            for cls, name, src, state, nxt in rows]
+                        None if state == "dead" else nxt, paused is not None)
+            for cls, name, src, state, nxt, paused in rows]
 
 
 def known_among(conn: sqlite3.Connection, keys: Sequence[tuple[str, str]]

@@ -129,3 +129,14 @@ async def test_pause_of_no_alarm_and_fire_now_of_a_paused_one(make_runtime: Runt
         await rt.fire_now(Ticker, "t")
     await clock.advance(1)
     assert runs == []
+
+
+async def test_the_objects_listing_shows_a_paused_alarm(make_runtime: RuntimeFactory) -> None:
+    rt = await make_runtime(Ticker, env=[])
+    await rt.get(Ticker, "p").arm(START_MS + 60_000)
+    await rt.get(Ticker, "q").arm(START_MS + 60_000)
+    await rt.pause_alarm(Ticker, "p", reason="maintenance")
+    rows = {e.object_name: e for e in await rt.objects(limit=10)}
+    assert rows["p"].alarm_paused and not rows["q"].alarm_paused
+    await rt.resume_alarm(Ticker, "p")
+    assert not {e.object_name: e for e in await rt.objects(limit=10)}["p"].alarm_paused

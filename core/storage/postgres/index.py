@@ -360,7 +360,7 @@ class PgAlarmIndex:
                           desc: bool = False) -> list[ObjectEntry]:
         sql, params = R.object_page(after, limit, offset=offset, contains=contains, desc=desc)
         return [ObjectEntry(r[0], r[1], bool(r[2] & 1), bool(r[2] & 4), r[3],
-                            None if r[3] == "dead" else r[4])
+                            None if r[3] == "dead" else r[4], r[5] is not None)
                 for r in await self._fetch(sql, *params)]
 
     async def count_known(self, contains: str | None = None) -> int:

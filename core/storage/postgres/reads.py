@@ -93,7 +93,8 @@ def object_page(after: Cursor | None, limit: int, *, offset: int, contains: str 
     terms = _after(key, after, desc, p)
     if contains:
         terms.append(_text("k.object_class || '/' || k.object_name", contains, p))
-    sql = (f"SELECT k.object_class, k.object_name, k.sources, a.state, a.next_attempt_ms "
+    sql = (f"SELECT k.object_class, k.object_name, k.sources, a.state, a.next_attempt_ms, "
+           "a.paused_ms "
            f"FROM {SCHEMA}.known k LEFT JOIN {SCHEMA}.alarms a ON "
            "a.object_class = k.object_class AND a.object_name = k.object_name "
            f"{_where(terms)} ORDER BY {_order(key, desc)} LIMIT {p(_limit(limit))} "
