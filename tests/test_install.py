@@ -126,6 +126,14 @@ def test_the_installed_command_answers_help(installed: Installed, tmp_path: Path
     serve = installed.run("alarmtop", "serve", "--help", cwd=tmp_path)
     assert serve.returncode == 0, show(serve)
     assert serve.stdout.startswith("usage: alarmtop serve") and "--app" in serve.stdout
+    web = installed.run("alarmtop", "web", "--help", cwd=tmp_path)
+    assert web.returncode == 0, show(web)
+    assert web.stdout.startswith("usage: alarmtop web") and "--demo" in web.stdout
+    # alarmtop web's pages are package data: without them it could not serve a page.
+    pages = installed.run("python", "-c", "import alarmtop.tui.web as m, pathlib; print(sorted("
+                          "p.name for p in (pathlib.Path(m.__file__).parent / 'templates')"
+                          ".iterdir()))", cwd=tmp_path)
+    assert pages.stdout.strip() == "['app_index.html', 'login.html']", show(pages)
 
 
 def test_the_installed_demo_draws_in_tmux_and_quits_on_q(installed: Installed,
