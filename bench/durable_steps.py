@@ -44,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pg_server
 from common import Table, base_parser, emit_child, peak_rss_mb, run_child, run_child_body, work_dir
 
 STEPS = 10
@@ -84,8 +85,8 @@ async def run_many(n: int, conc: int, one: Callable[[int], Awaitable[None]]) -> 
 class Alarmtop:
     """alarmtop's runtime with the 10-step execution; `one(i)` runs execution i."""
 
-    def __init__(self, data: Path) -> None:
-        self.data = data
+    def __init__(self, data: Path, dsn: str | None = None) -> None:
+        self.data, self.dsn = data, dsn
 
     async def setup(self) -> None:
         from alarmtop.core import Event, Runtime, SystemClock
@@ -102,7 +103,11 @@ class Alarmtop:
             spans.append(time.perf_counter() - t)
             return x
 
-        self.rt = rt = Runtime(self.data, clock=SystemClock())
+        backend = None
+        if self.dsn:
+            from alarmtop.core import PostgresBackend
+            backend = PostgresBackend(self.dsn, node_id="bench")
+        self.rt = rt = Runtime(self.data, clock=SystemClock(), backend=backend)
         rt.register_execution(ten_steps)
         await rt.start()
         self.loop = asyncio.get_running_loop()
@@ -136,8 +141,8 @@ class Alarmtop:
 class Dbos:
     """DBOS on a SQLite system database with the same 10-step workflow."""
 
-    def __init__(self, data: Path, journal: str) -> None:
-        self.data, self.journal = data, journal
+    def __init__(self, data: Path, journal: str, url: str | None = None) -> None:
+        self.data, self.journal, self.url = data, journal, url
 
     async def setup(self) -> None:
         import peer_dbos
@@ -156,6 +161,9 @@ class Dbos:
             return x
 
         self.dbos, self.workflow = DBOS, ten_steps
+        if self.url:
+            peer_dbos.launch_url(self.url)
+            return
         db = self.data / "dbos.sqlite"
         peer_dbos.launch(db, self.journal)
         settings = peer_dbos.sqlite_settings(db)
@@ -178,8 +186,14 @@ class Dbos:
 async def one_run(opts: dict[str, Any]) -> dict[str, float]:
     data = Path(opts["dir"])
     system, n, conc = opts["system"], opts["n"], opts["conc"]
-    sut: Alarmtop | Dbos = Alarmtop(data) if system == "alarmtop" else Dbos(
-        data, "wal" if system == "dbos-wal" else "default")
+    dsn = opts.get("dsn")
+    sut: Alarmtop | Dbos
+    if system.startswith("alarmtop"):
+        sut = Alarmtop(data, dsn if system == "alarmtop-pg" else None)
+    else:
+        sut = Dbos(data, "wal" if system == "dbos-wal" else "default",
+                   dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+                   if system == "dbos-pg" and dsn else None)
     await sut.setup()
     for i in range(opts.get("warmup", 0)):  # not counted: imports, first-use caches
         await sut.one(-1 - i)
@@ -228,10 +242,15 @@ def measure(args: Any, system: str, n: int, conc: int, title: str,
         root = work_dir(args.dir, "durable-steps-")
         opts = {"dir": str(root / "data"), "system": system, "n": n, "conc": conc,
                 "profile": profile, "warmup": WARMUP}
+        server = getattr(args, "server_dsn", None)
+        if system.endswith("-pg"):
+            opts["dsn"] = pg_server.fresh_database(server)
         try:
             result = run_child(__file__, ["--child", json.dumps(opts)])
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            if "dsn" in opts:
+                pg_server.drop_database(server, opts["dsn"])
         for key, value in result.items():
             table.add(LABELS[key], value, UNITS[key])
         print(f"  {title}: {result['steps_per_s']:,.0f} steps/s, "
@@ -244,26 +263,32 @@ def median_of(table: Table, key: str) -> float:
     return statistics.median(table.rows[LABELS[key]])
 
 
-def print_ratios(results: dict[tuple[str, str], Table], modes: list[str]) -> None:
+def print_ratios(results: dict[tuple[str, str], Table], modes: list[str],
+                 limit: float | None = None) -> None:
     print("\n== ratios, alarmtop / peer (medians of this run)")
     print(f"{'mode':<8}{'peer':<11}{'steps/s':>10}{'CPU/step':>11}{'time/step':>11}  bar")
     for mode in modes:
-        at = results.get(("alarmtop", mode))
-        if at is None:
-            continue
-        for peer in ("dbos-wal", "dbos"):
-            other = results.get((peer, mode))
-            if other is None:
+        for ours, peer in (("alarmtop", "dbos-wal"), ("alarmtop", "dbos"),
+                           ("alarmtop-pg", "dbos-pg")):
+            at, other = results.get((ours, mode)), results.get((peer, mode))
+            if at is None or other is None:
                 continue
             thr = median_of(at, "steps_per_s") / median_of(other, "steps_per_s")
             cpu = median_of(other, "cpu_us") / median_of(at, "cpu_us")
             lat = median_of(other, "step_ms") / median_of(at, "step_ms")
             bar = ""
-            if peer == "dbos-wal":
-                need = 3.0 if mode == "seq" else 20.0
+            if peer != "dbos":
+                need = {"dbos-wal": 3.0 if mode == "seq" else 20.0,
+                        "dbos-pg": 2.0 if mode == "seq" else 10.0}[peer]
                 bar = f">= {need:g}x: {'met' if thr >= need else 'NOT met'}"
             print(f"{mode:<8}{peer:<11}{thr:>9.1f}x{cpu:>10.1f}x{lat:>10.1f}x  {bar}")
     print("(CPU/step and time/step: peer / alarmtop, so > 1 means alarmtop is cheaper)")
+    seq = results.get(("alarmtop-pg", "seq"))
+    if limit and seq is not None:
+        share = median_of(seq, "steps_per_s") / limit
+        print(f"alarmtop-pg seq: {median_of(seq, 'steps_per_s'):,.0f} steps/s = {share:.2f} of "
+              f"the server's single-client commit limit ({limit:,.0f}/s); bar >= 0.5: "
+              f"{'met' if share >= 0.5 else 'NOT met'}")
 
 
 def sizes_run(args: Any) -> list[Table]:
@@ -280,6 +305,30 @@ def sizes_run(args: Any) -> list[Table]:
     return tables
 
 
+def compare(args: Any, systems_arg: str, dsn: str | None) -> list[Table]:
+    systems = systems_arg.split(",")
+    modes = args.modes.split(",")
+    limit = None
+    if dsn is not None:
+        db = pg_server.fresh_database(dsn, "limit")
+        try:
+            probe = pg_server.commit_limit(db)
+        finally:
+            pg_server.drop_database(dsn, db)
+        limit = float(probe["commits_per_s"])
+        print(f"PostgreSQL single-client commits/s (one-row inserts, fsync={probe['fsync']}, "
+              f"synchronous_commit={probe['synchronous_commit']}): {limit:,.0f}")
+    results: dict[tuple[str, str], Table] = {}
+    for mode in modes:
+        n, conc = mode_size(mode, args.quick)
+        for system in systems:
+            results[(system, mode)] = measure(
+                args, system, n, conc,
+                f"{system}, {mode}: {n:,} executions of {STEPS} steps, {conc} in flight")
+    print_ratios(results, modes, limit)
+    return list(results.values())
+
+
 def main() -> None:
     parser = base_parser(__doc__)
     parser.add_argument("--systems", default=None,
@@ -291,6 +340,10 @@ def main() -> None:
     parser.add_argument("--size-concurrency", type=int, default=500)
     parser.add_argument("--profile", default=None,
                         help="profile one alarmtop run of the first --modes (pyinstrument)")
+    parser.add_argument("--postgres", nargs="?", const="", default=None, metavar="DSN",
+                        help="also on PostgreSQL: alarmtop-pg and dbos-pg (DBOS's own "
+                        "PostgreSQL backend) on the server of DSN (a maintenance database; "
+                        "default: a throwaway cluster, fsync on), with its commit limit")
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child))
@@ -302,19 +355,13 @@ def main() -> None:
         n, conc = mode_size(mode, args.quick)
         tables = [measure(args, "alarmtop", n, conc, f"alarmtop, {mode}, profiled",
                           args.profile)]
+    elif args.postgres is not None:
+        with pg_server.server(args.postgres or None) as dsn:
+            args.server_dsn = dsn
+            tables = compare(args, args.systems or "alarmtop-pg,dbos-pg", dsn)
     else:
-        systems = (args.systems or ("alarmtop,dbos-wal" if args.quick
-                                    else ",".join(SYSTEMS))).split(",")
-        modes = args.modes.split(",")
-        results: dict[tuple[str, str], Table] = {}
-        for mode in modes:
-            n, conc = mode_size(mode, args.quick)
-            for system in systems:
-                results[(system, mode)] = measure(
-                    args, system, n, conc,
-                    f"{system}, {mode}: {n:,} executions of {STEPS} steps, {conc} in flight")
-        print_ratios(results, modes)
-        tables = list(results.values())
+        tables = compare(args, args.systems or ("alarmtop,dbos-wal" if args.quick
+                                                else ",".join(SYSTEMS)), None)
     if args.json:
         print(json.dumps({t.title: t.as_dict() for t in tables}))
 

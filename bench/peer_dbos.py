@@ -41,6 +41,18 @@ def launch(path: Path, journal: str) -> Any:
     return DBOS
 
 
+def launch_url(url: str) -> Any:
+    """Launch DBOS on its PostgreSQL system database at `url` (created if missing)."""
+    from dbos import DBOS
+
+    DBOS(config={"name": "alarmtop-bench", "system_database_url": url,
+                 "log_level": "WARNING"})
+    DBOS.launch()
+    for name in ("dbos", "dbos._logger"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return DBOS
+
+
 def sqlite_settings(path: Path) -> dict[str, Any]:
     """The journal mode and synchronous level a new connection to `path` gets."""
     conn = sqlite3.connect(path)

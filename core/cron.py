@@ -3,7 +3,9 @@
 Only the trigger arithmetic comes from APScheduler; the waiting is done on the
 runtime's clock so a virtual clock drives cron in tests like everything else.
 Missed fires while the process was down are not replayed (APScheduler's
-coalescing default); durable per-object work belongs in alarms.
+coalescing default); durable per-object work belongs in alarms. In a fleet every
+node keeps the schedule and one node runs each fire: the first to claim it in the
+shared database (`gate`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from alarmtop.core.logs import RUNTIME_LOG, log_event
 from alarmtop.core.tasks import Supervisor, Wakeup
 
 CronFn = Callable[[], Awaitable[Any] | Any]
+# Whether this runtime runs the fire `at_ms` of a job (in a fleet, one node does).
+OnceGate = Callable[[str, int], Awaitable[bool]]
 
 
 def parse_cron(expression: str, tz: str = "UTC") -> CronTrigger:
@@ -58,6 +62,7 @@ def next_fire_ms(trigger: CronTrigger, after_ms: int) -> int | None:
 
 class CronRunner:
     def __init__(self, clock: Clock, events: EventBus, tasks: Supervisor) -> None:
+        self.gate: OnceGate | None = None
         self._clock = clock
         self._tasks = tasks
         self._events = events
@@ -97,6 +102,8 @@ class CronRunner:
             if job.next_fire_ms is None:
                 return
             await wake.wait(job.next_fire_ms)
+            if not await self._ours(job, job.next_fire_ms):
+                continue
             try:
                 result = job.fn()
                 if inspect.isawaitable(result):
@@ -110,3 +117,15 @@ class CronRunner:
                           f"failed: {error}; it runs again at its next time", event="cron.failed",
                           name=job.name, error=error)
                 self._events.emit("cron.failed", {"name": job.name, "error": str(exc)})
+
+    async def _ours(self, job: CronJob, at_ms: int) -> bool:
+        if self.gate is None:
+            return True
+        try:
+            return await self.gate(f"cron:{job.name}:{job.expression}", at_ms)
+        except Exception as exc:
+            # Without the claim no node may know it ran: skipping is the safe side.
+            log_event(RUNTIME_LOG, logging.WARNING, f"cron job {job.name} ({job.expression}) "
+                      f"skipped its fire: the fleet could not be asked which node runs it "
+                      f"({type(exc).__name__}: {exc})", event="cron.skipped", name=job.name)
+            return False

@@ -20,6 +20,8 @@
      ├── DescriptorBudget                        max_resident and sockets exceed ulimit -n
      ├── CommandTimeout                          an ops command had no outcome by its deadline
      ├── NodeUnreachable                         the node holding an object's shard is away
+     │    ├── PeerDown                           not reached at all: nothing was sent
+     │    └── ShardMoved                         that node no longer holds the shard
      ├── RemoteCallError                         a peer node raised what cannot be rebuilt
      ├── StorageError                            a database could not be opened or written
      │    ├── SqlError                           an object's SQL statement failed
@@ -248,6 +250,15 @@ class RemoteCallError(AlarmtopError):
 
 class NodeUnreachable(AlarmtopError):
     """The node that holds an object's shard did not answer."""
+
+
+class PeerDown(NodeUnreachable):
+    """A node could not be reached at all: nothing was sent to it, so the call may be
+    made again (to it, or to the shard's next owner)."""
+
+
+class ShardMoved(NodeUnreachable):
+    """The node asked no longer holds the object's shard: nothing ran there."""
 
 
 class ChainBroken(StorageError):

@@ -8,14 +8,19 @@ An `alarm_delay` is a sleep on the runtime clock (`FaultRegistry.delay`) that
 clearing the fault ends at once: an operator who removes a 60 s delay does not
 want the handler already held by it to sleep the rest of the minute. While a
 delay runs, its fault stays listed (even once used up) so that it can be cleared.
+
+In a fleet the faults are the fleet's: every change is written to the shared
+database (`FaultSink`) and each node's registry is a mirror of it, brought up to
+date when another node changes it. A fault applies where its target runs (the
+owner of its shard), so one node uses it up; ids carry the node that made them.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Protocol
 
 from alarmtop.core.errors import InvalidFault, UnknownFault
 from alarmtop.core.events import EventBus
@@ -61,6 +66,20 @@ class Fault:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fault:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+class FaultSink(Protocol):
+    """Where a fleet's faults are kept; writes are queued, `flush` waits for them."""
+
+    def saved(self, fault: Fault) -> None: ...
+
+    def cleared(self, fault_id: str) -> None: ...
+
+    async def flush(self) -> None: ...
+
 
 class FaultRegistry:
     def __init__(self, events: EventBus, now_ms: Any) -> None:
@@ -68,6 +87,8 @@ class FaultRegistry:
         self._now_ms = now_ms
         self._faults: dict[str, Fault] = {}
         self._ids = itertools.count(1)
+        self.sink: FaultSink | None = None
+        self.id_suffix = ""  # in a fleet "@node": ids unique across the nodes
         # Delays running now, by fault id: the fault (listed while it runs, even used
         # up) and the wakeups that clearing it pokes.
         self._delays: dict[str, tuple[Fault, set[Wakeup]]] = {}
@@ -77,12 +98,37 @@ class FaultRegistry:
                point: str | None = None) -> str:
         """Add a fault and return its id. Raises `InvalidFault` saying what is wrong."""
         _validate(target, kind, times, seconds, step, point)
-        fid = f"f{next(self._ids)}"
+        fid = f"f{next(self._ids)}{self.id_suffix}"
         fault = Fault(fid, target, kind, times, times, seconds, step,
                       point.upper() if point else None, 0, self._now_ms())
         self._faults[fid] = fault
+        if self.sink is not None:
+            self.sink.saved(fault)
         self._events.emit("fault.injected", fault.to_dict())
         return fid
+
+    async def flush(self) -> None:
+        """Wait until this node's fault changes are the fleet's (nothing on one node)."""
+        if self.sink is not None:
+            await self.sink.flush()
+
+    def mirror(self, faults: list[Fault], keep: set[str]) -> None:
+        """Take the fleet's faults as they are in the shared database, except `keep`
+        (changed here, not written yet); a removed fault's running delay ends."""
+        theirs = {f.id: f for f in faults}
+        for fid in [fid for fid in self._faults if fid not in theirs and fid not in keep]:
+            fault = self._faults.pop(fid)
+            self._end_delay(fid)
+            self._events.emit("fault.cleared", {**fault.to_dict(), "remote": True})
+        for fid, fault in theirs.items():
+            if fid in keep:
+                continue
+            known = self._faults.get(fid)
+            if known is None:
+                self._faults[fid] = fault
+                self._events.emit("fault.injected", {**fault.to_dict(), "remote": True})
+            elif known != fault:
+                self._faults[fid] = fault
 
     @property
     def pending(self) -> bool:
@@ -100,14 +146,22 @@ class FaultRegistry:
     def clear(self, fault_id: str) -> None:
         """Remove a fault; a delay of it that is running ends now."""
         fault = self._faults.pop(fault_id, None)
-        running = self._delays.pop(fault_id, None)
+        running = self._end_delay(fault_id)
         if running is not None:
-            fault = running[0]
-            for wakeup in running[1]:
-                wakeup.poke()
+            fault = running
         if fault is None:
             raise UnknownFault(fault_id)
+        if self.sink is not None:
+            self.sink.cleared(fault_id)
         self._events.emit("fault.cleared", fault.to_dict())
+
+    def _end_delay(self, fault_id: str) -> Fault | None:
+        running = self._delays.pop(fault_id, None)
+        if running is None:
+            return None
+        for wakeup in running[1]:
+            wakeup.poke()
+        return running[0]
 
     async def delay(self, fault: Fault, clock: Clock) -> None:
         """Sleep `fault.seconds` on `clock`, or until the fault is cleared."""
@@ -137,10 +191,16 @@ class FaultRegistry:
         if fault is None:
             return None
         fault.triggered += 1
+        used_up = False
         if fault.remaining is not None:
             fault.remaining -= 1
             if fault.remaining <= 0:
                 del self._faults[fault.id]
+                used_up = True
+        if self.sink is not None and used_up:
+            self.sink.cleared(fault.id)
+        elif self.sink is not None:
+            self.sink.saved(fault)
         self._events.emit("fault.triggered", fault.to_dict())
         return fault
 

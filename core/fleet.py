@@ -11,9 +11,10 @@ error.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from alarmtop.core.errors import NodeUnreachable
+from alarmtop.core.errors import NodeUnreachable, PeerDown, ShardMoved
 from alarmtop.core.nodes import NodeClient
 
 ObjectKey = tuple[str, str]
@@ -26,8 +27,10 @@ class FleetBackend(Protocol):
 
     node_id: str
     cluster_secret: str
+    lease_s: float
 
-    def bind(self, on_change: Any, address: str | None = None) -> None: ...
+    def bind(self, on_change: Any, address: str | None = None,
+             drain: Any = None) -> None: ...
 
     def shard_of(self, key: ObjectKey) -> int: ...
 
@@ -35,14 +38,29 @@ class FleetBackend(Protocol):
 
     async def claim_now(self, shard: int) -> bool: ...
 
+    def may_run(self, key: ObjectKey) -> bool: ...
+
     async def nodes(self) -> list[dict[str, Any]]: ...
+
+    async def claim_once(self, name: str, at_ms: int) -> bool: ...
+
+    async def share_faults(self, registry: Any) -> None: ...
+
+
+HERE = object()  # what `forward` answers when the object's events run on this node
 
 
 class Router:
-    """Where an object's events run: here (None), or the peer to forward them to."""
+    """Where an object's events run: on this node, or forwarded to its owner."""
 
     async def peer(self, key: ObjectKey) -> NodeClient | None:
         return None
+
+    async def route(self, key: ObjectKey, here: Callable[[], Awaitable[Any]], op: str,
+                    **fields: Any) -> Any:
+        """Run an event of the object: `here()` on this node, or `op` with `fields`
+        sent to the node that holds its shard; its answer either way."""
+        return await here()
 
     async def close(self) -> None:
         pass
@@ -52,17 +70,43 @@ class FleetRouter(Router):
     def __init__(self, backend: FleetBackend, wait_s: float = CLAIM_WAIT_S) -> None:
         self._backend = backend
         self._wait_s = wait_s
+        # A dead owner is found out only when its lease runs out: a call to it waits
+        # that long (and a little) for the shard's next owner before giving up.
+        self._failover_s = max(wait_s, backend.lease_s + 2.0)
         self._clients: dict[str, NodeClient] = {}
+
+    async def route(self, key: ObjectKey, here: Callable[[], Awaitable[Any]], op: str,
+                    **fields: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._failover_s
+        while True:
+            peer = await self.peer(key)
+            try:
+                if peer is None:
+                    return await here()
+                return await peer.request(op, **fields)
+            except (PeerDown, ShardMoved) as exc:
+                # Nothing ran: ask again who holds the shard, until its lease runs out
+                # and a live node (maybe this one) takes it over.
+                if loop.time() >= deadline:
+                    raise NodeUnreachable(
+                        f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), and "
+                        f"no other node took the shard over within {self._failover_s:g} s; "
+                        "check the fleet's nodes (rt.nodes(), or the console's Nodes view)"
+                    ) from exc
+                await asyncio.sleep(0.1)
 
     async def peer(self, key: ObjectKey) -> NodeClient | None:
         backend = self._backend
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         while True:
-            node, address = await backend.owner_of(key)
-            if node == backend.node_id:
+            if backend.may_run(key):
                 return None
-            if node is None:
+            node, address = await backend.owner_of(key)
+            if node is None or node == backend.node_id:
+                # No live owner, or this node's own lease ran out (or is being handed
+                # over): take it now unless another node or a hand-over is due to.
                 if await backend.claim_now(backend.shard_of(key)):
                     return None
             elif address:

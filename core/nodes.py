@@ -25,7 +25,7 @@ from typing import Any
 
 from alarmtop.core import errors as E
 from alarmtop.core.durable import errors as DE
-from alarmtop.core.errors import NodeUnreachable, RemoteCallError
+from alarmtop.core.errors import NodeUnreachable, PeerDown, RemoteCallError
 
 log = logging.getLogger("alarmtop.fleet")
 # The transport's own chatter (connections opened and closed) is not the operator's
@@ -42,6 +42,7 @@ _KNOWN: dict[str, type[BaseException]] = {
     cls.__name__: cls for cls in (
         E.UnknownMethod, E.NoAlarm, E.InvalidArgument, E.InvalidObjectName, E.NotSerializable,
         E.ReentrantCall, E.StorageError, E.SqlError, E.DiskFull, E.RuntimeNotRunning,
+        E.ShardMoved, E.LeaseLost, E.ObjectBusy,
         DE.UnknownExecution, DE.UnknownCallback, DE.CallbackAlreadyCompleted,
         DE.InvalidExecutionState, DE.ValidationError, ValueError, KeyError, LookupError,
         RuntimeError, TypeError, PermissionError)}
@@ -162,8 +163,8 @@ class NodeClient:
                                                           compression=None, logger=_wire_log),
                                                   5.0)
                 except Exception as exc:
-                    raise NodeUnreachable(f"the node at {self.address} does not answer ({exc})"
-                                          ) from exc
+                    raise PeerDown(f"the node at {self.address} does not answer ({exc})"
+                                   ) from exc
                 await conn.send(json.dumps({"op": "hello", "secret": self._secret,
                                             "node": self._node_id}))
                 self._conn = conn

@@ -29,13 +29,16 @@ from alarmtop.core.errors import (
     InvalidArgument,
     InvalidObjectName,
     NoAlarm,
+    NodeUnreachable,
     RuntimeNotRunning,
+    ShardMoved,
     UnknownClass,
     UnknownMethod,
 )
 from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
+from alarmtop.core.fleet_events import EventRing, FleetEvents
 from alarmtop.core.nodes import NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
@@ -130,7 +133,7 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP, node_host: str = "127.0.0.1") -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -166,6 +169,8 @@ class Runtime:
         self.running = False
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
+        self._event_ring: EventRing | None = None
+        self._ring_keeper: asyncio.Task[None] | None = None
         self._node_host = node_host
         # Durable executions: execution objects share one engine and the backend's log store.
         from alarmtop.core.durable.service import (
@@ -281,10 +286,11 @@ class Runtime:
         self.check_descriptors()
         backend = self.backend
         if isinstance(backend, FleetBackend):
+            host = self._node_host or getattr(backend, "node_host", None) or "127.0.0.1"
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
-                                           self._serve_node, host=self._node_host)
+                                           self._serve_node, host=host)
             await self._node_server.start()
-            backend.bind(self._shards_changed, self._node_server.address)
+            backend.bind(self._shards_changed, self._node_server.address, self._drain_shards)
         try:
             await backend.open()
         except BaseException:
@@ -294,6 +300,14 @@ class Runtime:
             raise
         if isinstance(backend, FleetBackend):
             self._router = FleetRouter(backend)
+            self.host.may_run = backend.may_run
+            self._cron.gate = self.scheduler.once = backend.claim_once
+            await backend.share_faults(self.faults)
+            loop = asyncio.get_running_loop()
+            self._event_ring = EventRing(self.events, loop.time)
+            # Wall time, outside the supervisor: a test's virtual clock must not wait on it.
+            self._ring_keeper = loop.create_task(self._keep_ring(self._event_ring),
+                                                 name="event-ring")
         self.tasks.reopen()
         self.running = True
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
@@ -346,6 +360,10 @@ class Runtime:
 
     async def _stop_node(self) -> None:
         """No more calls to or from other nodes."""
+        keeper, self._ring_keeper = self._ring_keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         router, self._router = self._router, Router()
         await router.close()
         if self._node_server is not None:
@@ -385,11 +403,10 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
-        peer = await self._router.peer((class_name, name))
-        if peer is not None:  # another node holds the object's shard: it runs the call
-            return await peer.request("call", cls=class_name, name=name, method=method,
-                                      args=list(args), kwargs=kwargs)
-        return await self._call_here(class_name, name, method, args, kwargs)
+        # Another node may hold the object's shard: then it runs the call.
+        return await self._router.route(
+            (class_name, name), lambda: self._call_here(class_name, name, method, args, kwargs),
+            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs)
 
     async def _call_here(self, class_name: str, name: str, method: str,
                          args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -414,16 +431,62 @@ class Runtime:
             fn = getattr(self._classes[cls], method, None)
             if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
                 raise UnknownMethod(cls, method)
-            if await self._router.peer((cls, check_object_name(name))) is not None:
-                raise InvalidArgument(f"{cls}/{name} moved to another node; call it again")
+            await self._check_held(cls, name)
             return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
                                          dict(request.get("kwargs") or {}))
         if op == "operate":
-            action = str(request["action"])
-            status = await self._operate_here(str(request["cls"]), str(request["name"]),
-                                              action, request.get("at_ms"))
+            cls, name, action = str(request["cls"]), str(request["name"]), str(request["action"])
+            await self._check_held(self._class_name(cls), name)
+            status = await self._operate_here(cls, name, action, request.get("at_ms"))
             return status.to_dict()
+        if op == "events":
+            if self._event_ring is None:
+                return {"events": [], "last": 0, "missed": 0}
+            return self._event_ring.pull(int(request.get("after") or 0))
         raise InvalidArgument(f"unknown node operation {op!r}")
+
+    @staticmethod
+    async def _keep_ring(ring: EventRing) -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            ring.idle_check()
+
+    def fleet_events(self) -> FleetEvents | None:
+        """A puller of the other nodes' events (None when this runtime is no fleet's
+        node): `start()` it while someone watches, `drain()` what it got."""
+        backend = self.backend
+        if not isinstance(backend, FleetBackend):
+            return None
+
+        async def peers() -> list[tuple[str, str]]:
+            return [(str(n["node_id"]), str(n["address"])) for n in await backend.nodes()
+                    if n["up"] and n["address"] and n["node_id"] != backend.node_id]
+
+        async def ask(address: str, op: str, fields: dict[str, Any]) -> Any:
+            router = self._router
+            if not isinstance(router, FleetRouter):
+                raise NodeUnreachable("this node is stopping")
+            return await router.client(address).request(op, **fields)
+        return FleetEvents(peers, ask)
+
+    async def _drain_shards(self, shards: set[int]) -> None:
+        """Until no event of an object of these shards runs here (the backend stops
+        new ones first): a shard handed over cleanly cuts nothing off."""
+        backend = self.backend
+        assert isinstance(backend, FleetBackend)
+
+        def busy() -> bool:
+            return any(backend.shard_of(k) in shards for k in self.host.busy_keys()) or \
+                any(backend.shard_of(k) in shards for k in self.scheduler.running)
+        # Polled: events end in the host and attempts in the scheduler, with no one
+        # signal for both; the backend bounds the wait.
+        while busy():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async def _check_held(self, cls: str, name: str) -> None:
+        """A forwarded event runs only where the shard is held (the caller asks again)."""
+        if await self._router.peer((cls, check_object_name(name))) is not None:
+            raise ShardMoved(f"{cls}/{name} moved to another node; nothing ran here")
 
     def _shards_changed(self, gained: set[int], lost: set[int]) -> None:
         """The backend gained or lost shard leases: the scheduler and the host follow."""
@@ -450,7 +513,8 @@ class Runtime:
         """The fleet's nodes (one, on a backend that is not shared)."""
         if isinstance(self.backend, FleetBackend):
             return await self.backend.nodes()
-        return [{"node_id": "local", "address": None, "shards": None, "up": True}]
+        return [{"node_id": getattr(self.backend, "node_id", "local"), "address": None,
+                 "shards": None, "up": True}]
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
@@ -550,11 +614,11 @@ class Runtime:
         """An operator's action runs where the alarm runs: on the node holding its shard."""
         self._check_running()
         key = (self._class_name(cls), check_object_name(name))
-        peer = await self._router.peer(key)
-        if peer is None:
-            return await self._operate_here(key[0], key[1], action, at_ms)
-        data = await peer.request("operate", cls=key[0], name=key[1], action=action,
-                                  at_ms=at_ms)
+        data = await self._router.route(
+            key, lambda: self._operate_here(key[0], key[1], action, at_ms), "operate",
+            cls=key[0], name=key[1], action=action, at_ms=at_ms)
+        if isinstance(data, AlarmStatus):
+            return data
         data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
         return AlarmStatus(**data)
 

@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 
 from alarmtop.core import Clock, RetryPolicy, Runtime
+from alarmtop.core.storage.interface import StorageBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.dashboard import LiveDashboard
 from alarmtop.examples.festival import FestivalServices, build_festival
@@ -29,8 +30,9 @@ TENANTS = [f"tenant-{i}" for i in range(1, 9)]
 COUNTERS = ["home", "pricing", "docs", "signup"]
 
 
-def build_demo_runtime(data_dir: Path, clock: Clock | None = None) -> Runtime:
-    rt = Runtime(data_dir, clock=clock, hibernate_after=5.0)
+def build_demo_runtime(data_dir: Path, clock: Clock | None = None,
+                       backend: StorageBackend | None = None) -> Runtime:
+    rt = Runtime(data_dir, clock=clock, hibernate_after=5.0, backend=backend)
     rt.register(LeaseLedger)
     rt.register(ClickCounter)
     rt.register(Flaky, retry_policy=DEMO_RETRY)

@@ -65,6 +65,8 @@ from alarmtop.server.wire import (
 )
 
 log = logging.getLogger("alarmtop.server")
+_UNSERVED_LOG = logging.getLogger("alarmtop.server.unserved")
+_UNSERVED_LOG.setLevel(logging.WARNING)
 HELLO_TIMEOUT_S = 10.0
 # Commands change things and are audited: a person at a console sends a few a second.
 RATE_PER_S = 50.0
@@ -199,6 +201,8 @@ class OpsServer:
         self.metrics.close()
         server = self._server
         if server is not None:
+            if not self._serving:  # only bound (the runtime did not start): nothing to tell
+                server.logger = _UNSERVED_LOG
             server.close()
             try:
                 async with asyncio.timeout(left()):

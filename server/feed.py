@@ -106,6 +106,8 @@ class Feed:
         self.tick_s = tick_s
         self.clients: set[ClientChannel] = set()
         self._sub = ops.rt.events.subscribe(maxsize=200_000)
+        # In a fleet, the other nodes' events too, pulled while someone watches.
+        self._fleet = ops.rt.fleet_events()
         self._task: asyncio.Task[None] | None = None
         self.seq = 0
         self.events_in = 0
@@ -122,6 +124,8 @@ class Feed:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self._sub.close()
+        if self._fleet is not None:
+            await self._fleet.stop()
 
     async def snapshot_frame(self) -> bytes:
         """A snapshot, encoded; clients asking within one tick and one seq share it."""
@@ -142,11 +146,27 @@ class Feed:
         while True:
             started = time.monotonic()
             events = self._sub.drain()
-            if events and self.clients:
+            if self._fleet is not None:
+                events = await self._with_fleet(events)
+            # A node that dies says nothing on any bus: a change of the fleet's summary
+            # (cached, read at most once a second) is news of its own.
+            if self.clients and (events or await self.ops.fleet.moved()):
                 frame = encode(await self.build_delta(events)).encode()
                 await self.fan_out(frame)
             self.events_in += len(events)
             await asyncio.sleep(max(0.0, self.tick_s - (time.monotonic() - started)))
+
+    async def _with_fleet(self, events: list[Event]) -> list[Event]:
+        fleet = self._fleet
+        assert fleet is not None
+        if not self.clients:
+            await fleet.stop()
+            return events
+        fleet.start()
+        theirs = fleet.drain()
+        if not theirs:
+            return events
+        return sorted([*events, *theirs], key=lambda e: e.at_ms)
 
     async def fan_out(self, frame: Frame) -> None:
         """Offer one frame to every client, yielding to the loop between batches."""

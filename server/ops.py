@@ -38,6 +38,7 @@ from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.tasks import Supervisor, patience
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
+from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (
     MAX_SCAN,
     check_scan,
@@ -109,6 +110,7 @@ class OpsService:
         # finish after it was answered; `close()` ends whatever is left at shutdown.
         self.tasks = Supervisor(None, "ops commands")
         self._tools = ExecutionTools(runtime)
+        self.fleet = FleetView(runtime)  # the nodes, cached: the header asks every tick
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
             "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
@@ -116,6 +118,7 @@ class OpsService:
             "alarms": self.alarms, "alarm": self._alarm, "objects": self.objects,
             "executions": self.executions, "execution": self._execution,
             "audit": self._audit, "faults": self._faults, "snapshot": self._snapshot,
+            "nodes": self.fleet.query,
         }
 
     async def run(self, cmd: Command, session: Session) -> Any:
@@ -378,7 +381,7 @@ class OpsService:
             every = [r for r in every if (not target or target in (r["target"],
                                                                    r.get("execution_id")))
                      and contains(text, r["action"], r["target"], r.get("execution_id"),
-                                  r["actor"], r["reason"])]
+                                  r["actor"], r["reason"], r.get("node"))]
             total = len(every)
             rows = window(sort_rows("audit", every, sort, bool(desc)), offset, limit)
         return {"rows": rows, "offset": offset, "total": total}
@@ -403,7 +406,7 @@ class OpsService:
                 "objects": await self.rt.backend.count_objects(),
                 "resident": len(self.rt.resident_objects()),
                 "executions": executions, "needs_human": executions.get("needs_human", 0),
-                "faults": len(self.rt.faults.list())}
+                "faults": len(self.rt.faults.list()), "nodes": await self.fleet.summary()}
 
     async def _near_exhaustion(self) -> int:
         return await self.rt.near_exhaustion_count()

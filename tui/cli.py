@@ -319,11 +319,42 @@ def build_serve_parser() -> argparse.ArgumentParser:
                    help="seconds an operator command may take before it is answered as "
                    "failed (default 5)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
+    fleet = p.add_argument_group("fleet on PostgreSQL")
+    fleet.add_argument("--postgres", metavar="DSN", default=os.environ.get("ALARMTOP_POSTGRES_DSN"),
+                       help="run as a node of a fleet on this PostgreSQL (default: "
+                       "ALARMTOP_POSTGRES_DSN; keep the password in a PGPASSFILE)")
+    fleet.add_argument("--node-id", metavar="NAME", help="this node's name in the fleet "
+                       "(default host-pid; give a stable one so a restart takes its shards back)")
+    fleet.add_argument("--node-host", default="127.0.0.1", metavar="HOST",
+                       help="address other nodes call this one on (default 127.0.0.1)")
+    fleet.add_argument("--shards", type=shard_count, default=64,
+                       help="shards objects hash to (default 64; fixed at the fleet's first "
+                       "start)")
+    fleet.add_argument("--lease-s", type=positive_seconds, default=10.0, metavar="S",
+                       help="seconds a node's shard leases last unless renewed (default 10): "
+                       "how long a dead node's objects wait for another node")
     return p
+
+
+def shard_count(text: str) -> int:
+    """argparse type of --shards: 1 to 4096."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 4096:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to 4096, not {text}")
+    return value
 
 
 def serve_main(argv: list[str]) -> int:
     from alarmtop.core.errors import AlarmtopError
+    from alarmtop.server.fleet_options import (
+        DSN_ARGV_WARNING,
+        call_factory,
+        dsn_has_password,
+        make_backend,
+    )
     from alarmtop.server.guard import check_bind
     from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
@@ -339,11 +370,20 @@ def serve_main(argv: list[str]) -> int:
     args = build_serve_parser().parse_args(argv)
     configure_logging(json_lines=args.log_json)
     prog = "alarmtop serve"
+    backend = None
     try:
         check_bind(args.host, args.tls_cert is not None, args.insecure_no_tls)
         check_data_dir(args.data_dir)
         tls = tls_context(args.tls_cert, args.tls_key)
-    except (ValueError, ServeError) as exc:
+        if args.postgres:
+            if "--postgres" in argv and dsn_has_password(args.postgres):
+                print(DSN_ARGV_WARNING, file=sys.stderr)
+            backend = make_backend(args.postgres, args.node_id, args.node_host, args.shards,
+                                   args.lease_s)
+        elif args.node_id:
+            raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
+                             "ALARMTOP_POSTGRES_DSN) too")
+    except (ValueError, ServeError, AlarmtopError) as exc:
         return _fail(exc, 2, prog)
     if args.demo:
         from alarmtop.examples.demo import build_demo_runtime
@@ -352,7 +392,7 @@ def serve_main(argv: list[str]) -> int:
         factory = load_factory(args.app)
 
     async def run() -> None:
-        rt = await build_runtime(factory, args.data_dir)
+        rt = await build_runtime(lambda d: call_factory(factory, d, backend), args.data_dir)
         if await serve_forever(rt, args.data_dir, args.host, args.port, tls,
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,

@@ -34,6 +34,9 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{at}"[:2000]
 
 
+LEASE_RECHECK_MS = 250
+
+
 class AlarmDispatcher:
     def __init__(self, host: ObjectHost, scheduler: AlarmScheduler, faults: FaultRegistry,
                  clock: Clock, alarm_timeout_s: float) -> None:
@@ -59,6 +62,12 @@ class AlarmDispatcher:
         try:
             if not sched.still_current(rec):
                 return  # overwritten or deleted while waiting for the object
+            if host.may_run is not None and not host.may_run(rec.key):
+                # This node's lease on the shard may have run out: no handler runs here.
+                # Looked at again shortly: by then the lease was renewed, or the shard
+                # was lost and the window dropped it.
+                sched.later(rec, LEASE_RECHECK_MS)
+                return
             now = self._clock.now_ms()
             if rec.in_file or rec.hint_ms is not None or not rec.attempt_due or \
                     (rec.next_attempt_ms or 0) > now:

@@ -44,6 +44,8 @@ class AlarmScheduler:
                  window_size: int, sweep_interval_s: float,
                  rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP) -> None:
         self.index = index
+        # In a fleet: whether this node does a thing the whole fleet does once.
+        self.once: Callable[[str, int], Awaitable[bool]] | None = None
         self._submit = index.submit
         self._object_write = index.object_write
         self._clock = clock
@@ -357,8 +359,13 @@ class AlarmScheduler:
         logging.getLogger("alarmtop.runtime").exception(
             "alarm of %s/%s not run: its attempt could not be recorded (%s: %s); trying "
             "again in 1 s", rec.object_class, rec.object_name, type(exc).__name__, exc)
+        self.later(rec, 1000)
+
+    def later(self, rec: AlarmRecord, ms: int) -> None:
+        """A popped alarm that cannot run now is looked at again in `ms` (its row is
+        unchanged: only this node's window holds the later time)."""
         if self.still_current(rec):
-            later = rec._replace(next_attempt_ms=self._clock.now_ms() + 1000)
+            later = rec._replace(next_attempt_ms=self._clock.now_ms() + ms)
             self.window.put(later)
             self._due_changed(later)
 
@@ -400,13 +407,23 @@ class AlarmScheduler:
             self._events.emit("alarm.swept", {"requeued": found})
             self._wakeup.poke()
         dead = (await self.index.counts()).get(AlarmState.DEAD.value, 0)
-        if dead:
+        if dead and await self._remind_here(now):
             named = [f"{r.object_class}/{r.object_name}" for r in
                      await self.index.in_state(AlarmState.DEAD.value, NAMED_DEAD_LETTERS)]
             log_event(ALARM_LOG, logging.WARNING, dead_letters_message(dead, named),
                       event="alarm.dead_letters", count=dead, objects=named)
             self._events.emit("alarm.dead_letters", {"count": dead})
         return found
+
+    async def _remind_here(self, now: int) -> bool:
+        """The dead-letter count is the fleet's: one node a sweep period says it."""
+        if self.once is None:
+            return True
+        period = max(1, self._sweep_interval_ms)
+        try:
+            return await self.once("alarm.dead_letters", now // period * period)
+        except Exception:
+            return False  # the reminder comes again next sweep
 
     def log_failure(self, rec: AlarmRecord, error: str, crashed: bool = False) -> None:
         pol = self.policy_for(rec.object_class)

@@ -25,7 +25,13 @@ from typing import Any
 from alarmtop.core import outbox
 from alarmtop.core.alarms.intent import Intent
 from alarmtop.core.clock import Clock
-from alarmtop.core.errors import ObjectBusy, OutOfDescriptors, ReentrantCall, StorageError
+from alarmtop.core.errors import (
+    ObjectBusy,
+    OutOfDescriptors,
+    ReentrantCall,
+    ShardMoved,
+    StorageError,
+)
 from alarmtop.core.events import EventBus
 from alarmtop.core.limits import out_of_descriptors
 from alarmtop.core.objects.base import DurableObject, ObjectContext
@@ -146,6 +152,9 @@ class ObjectHost:
         # When the alarm attempt of an object in flight started (the scheduler knows:
         # it marks the attempt before its row says 'running'); set by the runtime.
         self.alarm_started: Callable[[ObjectKey], int | None] = lambda key: None
+        # On a fleet: whether this node may run an event of the object now (it holds a
+        # lease on its shard that has not run out); set by the runtime, None alone.
+        self.may_run: Callable[[ObjectKey], bool] | None = None
         self._emfile_logged = 0.0
         self._emfile_unlogged = 0
 
@@ -169,6 +178,10 @@ class ObjectHost:
     def is_resident(self, key: ObjectKey) -> bool:
         r = self._residents.get(key)
         return r is not None and r.instance is not None
+
+    def busy_keys(self) -> list[ObjectKey]:
+        """Objects an event holds (or is about to hold) right now."""
+        return [k for k, r in self._residents.items() if r.busy]
 
     def resident_keys(self) -> list[ObjectKey]:
         return [k for k, r in self._residents.items() if r.instance is not None]
@@ -322,6 +335,11 @@ class ObjectHost:
 
     async def run_in_turn(self, r: Resident, body: Body, kind: EventKind) -> EventOutcome:
         """`run_event` for a caller that holds the object's turn already."""
+        if self.may_run is not None and not self.may_run(r.key):
+            raise ShardMoved(f"{r.key[0]}/{r.key[1]}: this node no longer runs the object's "
+                             "shard (handed over, or its lease ran out before it could be "
+                             "renewed: PostgreSQL unreachable, or the node paused); the event "
+                             "did not run here")
         storage = self.storage_of(r)
         r.doing, r.since_ms = kind, self._clock.now_ms()
         try:

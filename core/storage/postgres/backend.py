@@ -17,12 +17,13 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres import leases as L
 from alarmtop.core.storage.postgres.executions import PgExecutionStore
+from alarmtop.core.storage.postgres.fault_store import PgFaultStore
 from alarmtop.core.storage.postgres.index import PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
@@ -30,6 +31,7 @@ from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 if TYPE_CHECKING:
     import asyncpg
 
+    from alarmtop.core.faults import FaultRegistry
     from alarmtop.core.storage.postgres.index import PgConn
 
 ObjectKey = tuple[str, str]
@@ -37,6 +39,16 @@ DEFAULT_POOL = 20
 # Told (gained, lost) when the shards this node holds change.
 ShardListener = Callable[[set[int], set[int]], None]
 log = logging.getLogger("alarmtop.fleet")
+
+
+# `leases.claimable` in SQL ($1 this node, $4 now, $5 the live nodes): free and not
+# offered to another live node (or the offer ran out), or its lease ran out, or its
+# owner is not live. A round may also take back rows of its own id (a restart: the
+# plan lists them only then); a claim on demand never takes a live lease of its own.
+_CLAIMABLE = ("(CASE WHEN owner IS NULL THEN (offered_to IS NULL OR offered_to = $1 OR "
+              "expires_ms <= $4 OR NOT offered_to = ANY($5::text[])) ELSE (expires_ms <= $4 "
+              "OR NOT owner = ANY($5::text[])) END)")
+_CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
 
 
 def wall_ms() -> int:
@@ -70,10 +82,13 @@ class PostgresBackend:
             a node started with another count refuses to start).
         lease_s: how long a shard lease lasts unless renewed.
         pool_size: connections for reads and object events.
+        node_host: the address this node listens on for other nodes' calls (a free
+            port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
     """
 
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
-                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL) -> None:
+                 lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
+                 node_host: str = "127.0.0.1") -> None:
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
@@ -83,13 +98,23 @@ class PostgresBackend:
         self.shards = shards
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
+        self.node_host = node_host
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
+        # Until when (wall ms) each held lease runs, as this node last wrote it: past
+        # it (less a margin), other nodes may claim the shard, so this one runs nothing
+        # of it until a renewal lands.
+        self._valid_until: dict[int, int] = {}
+        self.leaving: set[int] = set()  # being handed over: no new event of them runs
+        self.drain_s = 2.0  # how long a hand-over waits for the events in flight
+        self._drain: Callable[[set[int]], Awaitable[None]] | None = None
         self.address: str | None = None  # where other nodes reach this one
         self.cluster_secret = ""
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[L.NodeRow] = []
         self._renewed_ms = 0
+        self._claims = 0
+        self._faults: PgFaultStore | None = None
         self._rounds = 0
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
@@ -123,9 +148,10 @@ class PostgresBackend:
         asyncpg = _asyncpg()
         try:
             self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
-        except (OSError, asyncpg.PostgresError) as exc:
-            raise StorageError(f"cannot connect to PostgreSQL ({exc}); check the DSN, that the "
-                               "server runs, and the password (PGPASSFILE)", "postgresql") from exc
+        except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
+            raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
+                               "check the DSN, that the "
+                               "server runs, and the password (PGPASSFILE)") from exc
         try:
             async with self._pool.acquire() as conn:
                 await self._migrate(conn)
@@ -140,14 +166,20 @@ class PostgresBackend:
         self._keeper = asyncio.get_running_loop().create_task(self._keep_leases(),
                                                              name="pg-leases")
 
-    def bind(self, on_change: ShardListener, address: str | None = None) -> None:
+    def bind(self, on_change: ShardListener, address: str | None = None,
+             drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
         """Told by the runtime: call `on_change(gained, lost)` when this node's shards
-        change; `address` is where other nodes reach it (recorded with its heartbeat)."""
+        change; `address` is where other nodes reach it (recorded with its heartbeat);
+        `drain(shards)` ends when no event of those shards is running any more."""
         self._on_change = on_change
+        self._drain = drain
         if address is not None:
             self.address = address
 
     async def close(self) -> None:
+        faults, self._faults = self._faults, None
+        if faults is not None:
+            await faults.stop()
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -171,6 +203,7 @@ class PostgresBackend:
             except (TimeoutError, Exception):
                 pool.terminate()
         self.epochs.clear()
+        self._valid_until.clear()
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
                           intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
@@ -249,7 +282,7 @@ class PostgresBackend:
         if wall_ms() > self._renewed_ms + self.lease_ms:
             lost = set(self.epochs)
             if lost:
-                self.epochs = {}
+                self.epochs, self._valid_until = {}, {}
                 self._changed(set(), lost)
 
     @property
@@ -275,40 +308,36 @@ class PostgresBackend:
                     sorted(self.epochs))
                 still = {int(r[0]): int(r[1]) for r in renewed
                          if self.epochs.get(int(r[0])) == int(r[1])}
-                rows = [L.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3])) for r in
-                        await conn.fetch(f"SELECT shard, owner, epoch, expires_ms FROM "
-                                         f"{SCHEMA}.shards ORDER BY shard")]
+                rows = [L.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3]), r[4]) for r in
+                        await conn.fetch(f"SELECT shard, owner, epoch, expires_ms, offered_to "
+                                         f"FROM {SCHEMA}.shards ORDER BY shard")]
                 nodes = [L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
                     f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")]
                 live = L.live_nodes(nodes, now, self.lease_ms)
                 first = not self._rounds
                 decided = L.plan(self.node_id, rows, live, now, self.shards, step=self.step,
                                  mine=frozenset() if first else frozenset(still))
-                released: set[int] = set()
-                if decided.release:
-                    for s in decided.release:
-                        still.pop(s, None)  # stop fencing them in first
-                    await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
-                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
-                                       self.node_id, decided.release)
-                    released = set(decided.release)
                 claimed = {}
                 if decided.claim:
                     got = await conn.fetch(
                         f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = "
-                        "$2 WHERE shard = ANY($3::int[]) AND (owner IS NULL OR owner = $1 OR "
-                        "expires_ms <= $4 OR NOT owner = ANY($5::text[])) RETURNING shard, "
-                        "epoch", self.node_id, until, decided.claim, now, live)
+                        f"$2, offered_to = NULL WHERE shard = ANY($3::int[]) AND "
+                        f"{_CLAIMABLE_IN_ROUND} RETURNING shard, epoch", self.node_id, until,
+                        decided.claim, now, live)
                     claimed = {int(r[0]): int(r[1]) for r in got}
         before = set(self.epochs)
         self.epochs = {**still, **claimed}
+        self._valid_until = dict.fromkeys(self.epochs, until)
         self._renewed_ms = now
         self._rounds += 1
         self.nodes_seen = nodes
         after = set(self.epochs)
-        gained, lost = after - before, (before - after) | (released & before)
+        gained, lost = after - before, before - after
         if gained or lost:
             self._changed(gained, lost)
+        release = [s for s in decided.release if s in self.epochs]
+        if release and decided.to is not None:
+            await self.hand_over(release, decided.to)
 
     def _changed(self, gained: set[int], lost: set[int]) -> None:
         if self._on_change is not None:
@@ -316,6 +345,34 @@ class PostgresBackend:
                 self._on_change(gained, lost)
             except Exception:
                 log.exception("the runtime failed to take in a change of its shards")
+
+    async def hand_over(self, shards: Sequence[int], to: str | None) -> None:
+        """Give shards to another node cleanly: run no new event of them, let the ones
+        in flight end (a bounded wait), then offer them to `to` for a lease (others
+        leave them to it meanwhile). Their next owner fences this node out."""
+        leaving = set(shards) & set(self.epochs)
+        if not leaving:
+            return
+        self.leaving |= leaving
+        try:
+            if self._drain is not None:
+                try:
+                    await asyncio.wait_for(self._drain(leaving), self.drain_s)
+                except TimeoutError:  # what is still running is fenced out at its commit
+                    log.warning("node %s hands over shards %s with events still running: "
+                                "their writes will be refused", self.node_id, sorted(leaving))
+            now = wall_ms()
+            async with self._require_pool().acquire() as conn:
+                await conn.execute(
+                    f"UPDATE {SCHEMA}.shards SET owner = NULL, offered_to = $3, expires_ms = $4 "
+                    "WHERE owner = $1 AND shard = ANY($2::int[])", self.node_id,
+                    sorted(leaving), to, now + (self.lease_ms if to is not None else 0))
+        finally:
+            self.leaving -= leaving
+            for shard in leaving:
+                self.epochs.pop(shard, None)
+                self._valid_until.pop(shard, None)
+        self._changed(set(), leaving)
 
     async def claim_now(self, shard: int) -> bool:
         """Claim a shard that has no live owner, for a call that needs it now."""
@@ -325,21 +382,37 @@ class PostgresBackend:
                 f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")],
                 now, self.lease_ms)
             row = await conn.fetchrow(
-                f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = $2 "
-                "WHERE shard = $3 AND (owner IS NULL OR expires_ms <= $4 OR NOT owner = "
-                "ANY($5::text[])) RETURNING epoch", self.node_id, now + self.lease_ms, shard,
-                now, live)
+                f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = $2, "
+                f"offered_to = NULL WHERE shard = ANY($3::int[]) AND {_CLAIMABLE} "
+                "RETURNING epoch", self.node_id, now + self.lease_ms, [shard], now, live)
         if row is None:
             return False
         self.epochs[shard] = int(row[0])
+        self._valid_until[shard] = now + self.lease_ms
         self._changed({shard}, set())
         return True
+
+    @property
+    def _margin_ms(self) -> int:
+        # Clocks of two machines disagree a little, and an event takes a moment to
+        # reach its commit: stop running a shard a bit before its lease runs out.
+        return min(1000, self.lease_ms // 5)
+
+    def may_run(self, key: ObjectKey) -> bool:
+        """Whether this node may run an event of the object now: it holds the shard
+        and the lease it last wrote has not run out (less a margin). A node that was
+        paused, or could not reach PostgreSQL to renew, runs nothing of a shard whose
+        lease may already be another node's; its writes would be fenced out anyway."""
+        shard = self.shard_of(key)
+        until = self._valid_until.get(shard)
+        return until is not None and shard not in self.leaving and shard in self.epochs \
+            and wall_ms() < until - self._margin_ms
 
     async def owner_of(self, key: ObjectKey) -> tuple[str | None, str | None]:
         """The node holding the object's shard and where to reach it (None when no live
         node holds it)."""
         shard = self.shard_of(key)
-        if shard in self.epochs:
+        if self.may_run(key):
             return self.node_id, self.address
         now = wall_ms()
         async with self._require_pool().acquire() as conn:
@@ -362,6 +435,32 @@ class PostgresBackend:
                  "stopped_ms": r[4], "shards": int(r[5]),
                  "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
 
+    async def share_faults(self, registry: FaultRegistry) -> None:
+        """Make `registry` a mirror of the fleet's faults (kept until `close`): what it
+        holds now is written first, ids get this node's name."""
+        from alarmtop.core.faults import Fault
+        store = PgFaultStore(self._require_pool(), self.dsn, self.node_id)
+        registry.id_suffix = f"@{self.node_id}"
+        registry.sink = store
+        for fault in registry.list():
+            store.saved(Fault.from_dict(fault))
+        await store.start(registry)
+        self._faults = store
+
+    async def claim_once(self, name: str, at_ms: int) -> bool:
+        """Whether this node runs the fleet's one `name` at `at_ms` (a cron fire, say):
+        the first node to ask wins it, the others skip it. A node that wins and dies
+        before running it loses that one run (as a process that is down misses a fire)."""
+        async with self._require_pool().acquire() as conn:
+            won = await conn.fetchval(
+                f"INSERT INTO {SCHEMA}.fleet_once (name, at_ms, node_id) VALUES ($1, $2, $3) "
+                "ON CONFLICT DO NOTHING RETURNING 1", name, at_ms, self.node_id)
+            self._claims += 1
+            if self._claims % 256 == 1:  # a day's worth is plenty to tell the nodes apart
+                await conn.execute(f"DELETE FROM {SCHEMA}.fleet_once WHERE at_ms < $1",
+                                   at_ms - 86_400_000)
+        return won is not None
+
     async def fence(self, conn: PgConn, shards: set[int]) -> None:
         """In the writer's transaction: proceed only while this node still holds each
         shard's lease at the epoch it claimed it with. The rows are locked for share,
@@ -374,7 +473,7 @@ class PostgresBackend:
         if lost or len(rows) != len(wanted):
             raise LeaseLost(f"this node ({self.node_id}) no longer holds shard(s) "
                             f"{lost or wanted}: nothing of the write was kept; the objects' new "
-                            "owner carries on", "postgresql")
+                            "owner carries on")
 
     def owned_shards(self) -> Sequence[int]:
         return sorted(self.epochs)

@@ -3,13 +3,14 @@
 Every `lease_s / 3` a node renews the leases it holds, learns which nodes are
 alive (renewed within a lease), and moves toward its fair share: it claims free or
 expired shards while it holds fewer than `ceil(shards / live)`, and hands over the
-ones it holds above that share when some live node holds fewer than its own share
+ones it holds above that share when some live node holds fewer than the share
 (so a node that joins takes its part; a node that stops hands over at once; a node
 that dies loses its shards when their leases run out).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -19,7 +20,8 @@ class ShardRow(NamedTuple):
     shard: int
     owner: str | None
     epoch: int
-    expires_ms: int
+    expires_ms: int  # the lease's end; of a shard being handed over, the offer's end
+    offered_to: str | None = None
 
 
 class NodeRow(NamedTuple):
@@ -32,6 +34,7 @@ class NodeRow(NamedTuple):
 class Plan(NamedTuple):
     claim: list[int]  # free or expired shards to take
     release: list[int]  # held shards to hand over
+    to: str | None = None  # the node they are offered to (the one furthest below share)
 
 
 def live_nodes(nodes: Iterable[NodeRow], now_ms: int, lease_ms: int) -> list[str]:
@@ -61,23 +64,44 @@ def plan(me: str, rows: Sequence[ShardRow], live: Sequence[str], now_ms: int,
 
     held = [r.shard for r in rows if held_here(r)]
     restarted = mine is not None and not mine
-    free = [r.shard for r in rows if not held_here(r) and (
-        r.owner is None or r.expires_ms <= now_ms or r.owner not in live_set
-        or (r.owner == me and restarted))]
+    free = [r.shard for r in rows if not held_here(r) and claimable(r, me, live_set, now_ms,
+                                                                     restarted)]
     limit = step if step is not None else shards
     if len(held) < share:
         want = min(share - len(held), limit)
-        return Plan(_spread(free, want, me), [])
+        # Shards handed to this node first: their giver counted on it taking them.
+        offered = [r.shard for r in rows if r.owner is None and r.offered_to == me
+                   and r.expires_ms > now_ms]
+        rest = [f for f in free if f not in set(offered)]
+        return Plan((offered + _spread(rest, want, me))[:want], [])
     if len(held) > share:
+        # What each other node holds, counting the shards on their way to it.
         others = {n: 0 for n in live_set if n != me}
         for r in rows:
-            if r.owner in others and r.expires_ms > now_ms:
+            if r.expires_ms <= now_ms:
+                continue
+            if r.owner in others:
                 others[r.owner] += 1
-        floor_share = shards // max(1, len(live_set))
-        if any(count < floor_share for count in others.values()):
-            excess = min(len(held) - share, limit)
-            return Plan([], sorted(held)[-excess:])
+            elif r.owner is None and r.offered_to in others:
+                others[r.offered_to] += 1
+        # Some other live node is below the share whenever this one is above it (the
+        # shards add up); handing over only then moves shards to a node that wants them.
+        below = sorted((count, node) for node, count in others.items() if count < share)
+        if below:
+            excess = min(len(held) - share, limit, share - below[0][0])
+            return Plan([], sorted(held)[-excess:], below[0][1])
     return Plan([], [])
+
+
+def claimable(r: ShardRow, me: str, live: set[str] | frozenset[str], now_ms: int,
+              restarted: bool = False) -> bool:
+    """Whether `me` may take shard `r` (the same rule as the claim's SQL): nobody
+    holds it (and it is not being handed to another live node), its lease ran out,
+    its owner is not live, or it is this very node's from before a restart."""
+    if r.owner is None:
+        return r.offered_to is None or r.offered_to == me or r.expires_ms <= now_ms \
+            or r.offered_to not in live
+    return r.expires_ms <= now_ms or r.owner not in live or (r.owner == me and restarted)
 
 
 def _spread(free: Sequence[int], want: int, me: str) -> list[int]:
@@ -85,5 +109,7 @@ def _spread(free: Sequence[int], want: int, me: str) -> list[int]:
     claiming at the same moment mostly try different shards."""
     if want <= 0:
         return []
-    seed = sum(me.encode())
-    return sorted(free, key=lambda s: (s * 2654435761 + seed) % 4294967296)[:want]
+    # A hash of (node, shard): a seed added to one multiplier would shift every key
+    # by the same amount and leave every node with the same order.
+    return sorted(free, key=lambda s: hashlib.blake2b(f"{me}\x00{s}".encode(),
+                                                      digest_size=8).digest())[:want]

@@ -14,13 +14,15 @@ cannot commit over the object's new owner.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from alarmtop.core.errors import SqlError, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.interface import ExecResult
+from alarmtop.core.storage.postgres.failures import storage_error, unreachable
 from alarmtop.core.storage.postgres.schema import SCHEMA
 from alarmtop.core.storage.postgres.sql import placeholders, rows_written
 
@@ -31,6 +33,30 @@ if TYPE_CHECKING:
 
 ObjectKey = tuple[str, str]
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _translated(doing: str) -> Callable[[Callable[_P, Awaitable[_R]]],
+                                        Callable[_P, Awaitable[_R]]]:
+    """A lost connection surfaces as `StorageError` saying what did not happen, and the
+    event's transaction is dropped with it (the next event starts on a fresh one);
+    asyncpg's own exception types never reach the object's code."""
+    def wrap(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+        @functools.wraps(fn)
+        async def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return await fn(*args, **kwargs)
+            except (StorageError, SqlError):
+                raise
+            except Exception as exc:
+                store = args[0] if args and isinstance(args[0], PgObjectStore) else None
+                if store is not None and unreachable(exc):
+                    await store._end(rollback=True)
+                path = store.path if store is not None else "postgresql"
+                raise storage_error(exc, path, doing) from exc
+        return run
+    return wrap
 
 
 def schema_name(key: ObjectKey) -> str:
@@ -62,6 +88,18 @@ class PgObjectStore:
                    ) -> PgObjectStore | None:
         """The object's storage; None when it has none and `create` is false. A new
         one starts with `intent` (the object's row listing it was written first)."""
+        try:
+            return await cls._open(pool, key, create, intent, shard, fence)
+        except (StorageError, SqlError):
+            raise
+        except Exception as exc:
+            raise storage_error(exc, f"postgresql:{key[0]}/{key[1]}",
+                                "opening the object's storage") from exc
+
+    @classmethod
+    async def _open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
+                    intent: tuple[int, int | None], shard: int, fence: Fence | None
+                    ) -> PgObjectStore | None:
         async with pool.acquire() as conn:
             row = await conn.fetchrow(f"SELECT gen, at_ms FROM {SCHEMA}.object_intents WHERE "
                                       "object_class = $1 AND object_name = $2", *key)
@@ -80,6 +118,7 @@ class PgObjectStore:
 
     # -- the event's transaction ----------------------------------------------------------
 
+    @_translated("starting the event's transaction")
     async def begin(self) -> None:
         if self._conn is None:
             conn = await self._pool.acquire()
@@ -111,6 +150,7 @@ class PgObjectStore:
         await conn.execute("RELEASE SAVEPOINT alarmtop_stmt")
         return out
 
+    @_translated("the SQL statement")
     async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
         conn = await self._tx()
         if not self._schema_ready:
@@ -128,6 +168,7 @@ class PgObjectStore:
         result: ExecResult = await self._guarded(conn, "a SQL statement", sql, run)
         return result
 
+    @_translated("reading storage")
     async def kv_get(self, keys: Sequence[str]) -> dict[str, str]:
         conn = await self._tx()
         rows = await conn.fetch(f"SELECT key, value FROM {SCHEMA}.object_kv WHERE "
@@ -135,6 +176,7 @@ class PgObjectStore:
                                 *self._key, list(keys))
         return {r[0]: r[1] for r in rows}
 
+    @_translated("the write")
     async def kv_put(self, items: Sequence[tuple[str, str]]) -> None:
         conn = await self._tx()
         await conn.executemany(
@@ -142,6 +184,7 @@ class PgObjectStore:
             "($1, $2, $3, $4) ON CONFLICT (object_class, object_name, key) DO UPDATE SET "
             "value = EXCLUDED.value", [(*self._key, k, v) for k, v in items])
 
+    @_translated("the delete")
     async def kv_delete(self, keys: Sequence[str]) -> int:
         conn = await self._tx()
         status = await conn.execute(f"DELETE FROM {SCHEMA}.object_kv WHERE object_class = $1 "
@@ -149,6 +192,7 @@ class PgObjectStore:
                                     list(keys))
         return rows_written(status)
 
+    @_translated("listing storage")
     async def kv_list(self, prefix: str, limit: int | None) -> list[tuple[str, str]]:
         conn = await self._tx()
         # A range of keys rather than LIKE: keys may contain '%' and '_'. Collation C:
@@ -166,12 +210,15 @@ class PgObjectStore:
         rows = await conn.fetch(sql, *params)
         return [(r[0], r[1]) for r in rows]
 
+    @_translated("the savepoint")
     async def savepoint(self, name: str) -> None:
         await (await self._tx()).execute(f"SAVEPOINT {name}")
 
+    @_translated("the savepoint")
     async def release(self, name: str) -> None:
         await (await self._tx()).execute(f"RELEASE SAVEPOINT {name}")
 
+    @_translated("undoing to the savepoint")
     async def rollback_to(self, name: str) -> None:
         if self._conn is None:
             return
@@ -181,6 +228,7 @@ class PgObjectStore:
     async def read_intent(self) -> tuple[int, int | None]:
         return self._intent
 
+    @_translated("recording the alarm")
     async def write_intent(self, gen: int, at_ms: int | None) -> None:
         conn = await self._tx()
         await conn.execute(f"INSERT INTO {SCHEMA}.object_intents (object_class, object_name, "
@@ -232,6 +280,7 @@ class PgObjectStore:
         finally:
             await self._pool.release(conn)
 
+    @_translated("deleting the object's storage")
     async def destroy(self) -> None:
         """Drop every table and key the object made; its intent stays (as on SQLite)."""
         conn = await self._tx()

@@ -98,7 +98,8 @@ MIGRATIONS: list[str] = [
         shard INTEGER PRIMARY KEY,
         owner TEXT,
         epoch BIGINT NOT NULL DEFAULT 0,
-        expires_ms BIGINT NOT NULL DEFAULT 0
+        expires_ms BIGINT NOT NULL DEFAULT 0,
+        offered_to TEXT  -- handed over to this node: others wait until expires_ms
     );
     CREATE TABLE {SCHEMA}.nodes (
         node_id TEXT PRIMARY KEY,
@@ -133,6 +134,21 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX execution_timers_due ON {SCHEMA}.execution_timers
         (due_ms, execution_id, op_id, kind);
+    """,
+    # Work the fleet does once, not once per node (a cron fire, the dead-letter
+    # reminder): the first node to insert the row runs it.
+    f"""
+    CREATE TABLE {SCHEMA}.fleet_once (
+        name TEXT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        node_id TEXT NOT NULL,
+        PRIMARY KEY (name, at_ms)
+    );
+    CREATE TABLE {SCHEMA}.faults (
+        fault_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
     """,
 ]
 

@@ -1,0 +1,112 @@
+"""Fleets of runtimes on one real PostgreSQL (the session's throwaway cluster).
+
+In-process fleets share the test's virtual clock for the objects' time; the shard
+leases run on the wall clock, as they do between processes. Tests that need a
+lease round now call `keep_leases_once()` on a node instead of waiting for its
+keeper (whose period, a third of `lease_s`, is long in these tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alarmtop.core import AlarmInfo, DurableObject, PostgresBackend, Runtime, VirtualClock
+
+SHARDS = 8
+WAIT_S = 10.0
+
+
+class Counter(DurableObject):
+    """Counts calls; can raise, hold an event open, and set an alarm."""
+
+    async def add(self, n: int = 1) -> int:
+        value = int(await self.ctx.storage.get("n") or 0) + n
+        await self.ctx.storage.put("n", value)
+        return value
+
+    async def fail(self, text: str) -> None:
+        raise ValueError(text)
+
+    async def arm(self, delay_ms: int) -> int:
+        at = self.ctx.now_ms() + delay_ms
+        await self.ctx.storage.set_alarm(at)
+        return at
+
+    async def fired(self) -> int:
+        return int(await self.ctx.storage.get("fired") or 0)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        if await self.ctx.storage.get("broken"):
+            raise RuntimeError("downstream unavailable")
+        await self.ctx.storage.put("fired", int(await self.ctx.storage.get("fired") or 0) + 1)
+
+    async def break_alarm(self) -> None:
+        await self.ctx.storage.put("broken", True)
+
+
+async def until(cond: Callable[[], Awaitable[bool] | bool], within: float = WAIT_S,
+                what: str = "the condition") -> None:
+    """Poll (wall clock, bounded): leases and node links run on real time."""
+    deadline = time.monotonic() + within
+    while True:
+        got = cond()
+        if not isinstance(got, bool):
+            got = await got
+        if got:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not reached within {within} s")
+        await asyncio.sleep(0.02)
+
+
+NodeFactory = Callable[..., Awaitable[Runtime]]
+
+
+@pytest.fixture
+async def node(pg_dsn: str, clock: VirtualClock, tmp_path: Path) -> AsyncIterator[NodeFactory]:
+    """Start fleet nodes on the test's PostgreSQL database; all stop afterwards."""
+    started: list[Runtime] = []
+
+    async def make(node_id: str, *classes: type, lease_s: float = 30.0,
+                   **options: Any) -> Runtime:
+        backend = PostgresBackend(pg_dsn, node_id=node_id, shards=SHARDS, lease_s=lease_s)
+        rt = Runtime(tmp_path / node_id, clock=clock, backend=backend, **options)
+        for cls in classes or (Counter,):
+            rt.register(cls)
+        await rt.start()
+        started.append(rt)
+        return rt
+
+    yield make
+    for rt in reversed(started):
+        await rt.stop()
+
+
+def backend_of(rt: Runtime) -> PostgresBackend:
+    assert isinstance(rt.backend, PostgresBackend)
+    return rt.backend
+
+
+async def balance(*nodes: Runtime, rounds: int = 4) -> None:
+    """Lease rounds on every node in turn until each holds its fair share."""
+    for _ in range(rounds):
+        for rt in nodes:
+            await backend_of(rt).keep_leases_once()
+    # Let the runtimes follow the shards they gained or lost.
+    await asyncio.sleep(0.05)
+
+
+def name_on(rt: Runtime, cls: str = "Counter", prefix: str = "obj") -> str:
+    """An object name whose shard `rt` holds now."""
+    backend = backend_of(rt)
+    for i in range(10_000):
+        name = f"{prefix}-{i}"
+        if backend.shard_of((cls, name)) in backend.epochs:
+            return name
+    raise AssertionError(f"{backend.node_id} holds no shard")

@@ -1,0 +1,196 @@
+"""Nodes in separate processes on one real PostgreSQL, on the wall clock: calls reach
+the owner from any node; one event at a time per object holds across nodes; a
+SIGKILLed node's alarms fire elsewhere within `lease_s` + 2 s, nothing lost; a
+SIGSTOPped node that lost its leases commits nothing more for those shards.
+
+Leases are short (1.5 s) so each test takes seconds; bounds are generous, the exact
+failover time is a benchmark figure (bench/fleet_failover.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alarmtop.core import PostgresBackend, Runtime
+from tests.fleet import node_worker
+from tests.fleet.conftest import until
+from tests.fleet.processes import Worker
+
+LEASE_S = 1.5
+SHARDS = 8
+Fleet = Callable[..., Awaitable[tuple[Runtime, list[Worker]]]]
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+async def fleet(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
+    """This test's own node ("t", in process) and worker nodes w1..wN, balanced."""
+    made: list[Runtime] = []
+    workers: list[Worker] = []
+
+    async def start(n: int) -> tuple[Runtime, list[Worker]]:
+        node_worker.NODE = "t"
+        node_worker.LOG_FD = os.open(tmp_path / "t.jsonl", os.O_WRONLY | os.O_CREAT, 0o600)
+        rt = node_worker.build(pg_dsn, "t", LEASE_S, SHARDS)
+        await rt.start()
+        made.append(rt)
+        for i in range(1, n + 1):
+            workers.append(await Worker.start(pg_dsn, f"w{i}", tmp_path / f"w{i}.jsonl",
+                                              LEASE_S, SHARDS))
+
+        async def balanced() -> bool:
+            held = {n["node_id"]: n["shards"] for n in await rt.nodes() if n["up"]}
+            return len(held) == n + 1 and min(held.values()) >= SHARDS // (n + 1)
+        await until(balanced, within=20, what="every node holding its share")
+        return rt, workers
+
+    yield start
+    for w in workers:
+        await w.stop()
+    for rt in made:
+        await rt.stop()
+    if node_worker.LOG_FD is not None:
+        os.close(node_worker.LOG_FD)
+        node_worker.LOG_FD = None
+
+
+async def owner(rt: Runtime, name: str) -> str | None:
+    backend = rt.backend
+    assert isinstance(backend, PostgresBackend)
+    return (await backend.owner_of(("Beat", name)))[0]
+
+
+async def names_on(rt: Runtime, node: str, count: int, prefix: str = "b") -> list[str]:
+    out: list[str] = []
+    for i in range(10_000):
+        if await owner(rt, f"{prefix}{i}") == node:
+            out.append(f"{prefix}{i}")
+            if len(out) == count:
+                return out
+    raise AssertionError(f"{node} holds too few shards")
+
+
+def intervals(lines: list[dict[str, Any]], obj: str, what: str) -> list[tuple[int, int]]:
+    starts: list[int] = []
+    out: list[tuple[int, int]] = []
+    for line in lines:
+        if line["object"] != obj or line["what"] != what:
+            continue
+        if line["edge"] == "start":
+            starts.append(line["t"])
+        else:
+            out.append((starts.pop(0), line["t"]))
+    return out
+
+
+async def test_calls_from_two_nodes_reach_the_owner_one_at_a_time(fleet: Fleet) -> None:
+    t, (w1, w2) = await fleet(2)
+    name = (await names_on(t, "w1", 1))[0]
+    here = [t.get("Beat", name).hold(120) for _ in range(4)]
+    there = [w2.call(name, "hold", 120) for _ in range(4)]
+    results = await asyncio.gather(*here, *there)
+    assert results[:4] == ["w1"] * 4
+    assert [r["value"] for r in results[4:]] == ["w1"] * 4, results
+    runs = sorted(intervals(w1.lines(), name, "hold"))
+    assert len(runs) == 8
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(runs)), runs  # never overlapping
+
+
+async def test_a_killed_nodes_alarms_fire_on_the_others_nothing_lost(fleet: Fleet) -> None:
+    t, (w1, _w2) = await fleet(2)
+    on_w1 = await names_on(t, "w1", 10, "k")
+    others = [n for n in (f"o{i}" for i in range(40)) if await owner(t, n) != "w1"][:10]
+    start = wall_ms()
+    due = {name: start + 2_500 + i * 150 for i, name in enumerate(on_w1 + others)}
+    for name, at in due.items():
+        await t.get("Beat", name).arm(at)
+
+    failed_calls = 0
+
+    async def load() -> None:  # calls keep coming while the node dies
+        nonlocal failed_calls
+        rng = random.Random(5)
+        while True:
+            try:
+                await t.get("Beat", rng.choice(on_w1 + others)).add(1)
+            except Exception:
+                failed_calls += 1
+                await asyncio.sleep(0.05)
+
+    loader = asyncio.get_running_loop().create_task(load())
+    try:
+        await asyncio.sleep(max(0.0, (start + 1_500 - wall_ms()) / 1000))
+        killed_ms = wall_ms()
+        w1.signal(signal.SIGKILL)
+        await w1.proc.wait()
+
+        async def all_fired() -> bool:
+            return all([await t.get("Beat", n).fires() for n in due])
+        await until(all_fired, within=LEASE_S + 12, what="every alarm fired")
+    finally:
+        loader.cancel()
+        await asyncio.gather(loader, return_exceptions=True)
+    for name in on_w1:
+        fires = await t.get("Beat", name).fires()
+        nodes = {f[0] for f in fires}
+        assert "w1" not in nodes and nodes <= {"t", "w2"}, (name, fires)
+        late_ms = fires[0][1] - due[name]
+        assert late_ms <= LEASE_S * 1000 + 2_000, (name, late_ms)
+    assert all([await t.get("Beat", n).fires() for n in others])
+    assert killed_ms < min(due.values())
+    # The calls to w1's objects failed only for the moment its shards had no owner.
+    assert await t.get("Beat", on_w1[0]).add(0) >= 0
+
+
+async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fleet) -> None:
+    t, (w1, _w2) = await fleet(2)
+    names = await names_on(t, "w1", 8, "s")
+    slow = names[0]
+    start = wall_ms()
+    due = {name: start + 1_500 + i * 200 for i, name in enumerate(names[1:])}
+    for name, at in due.items():
+        await t.get("Beat", name).arm(at)
+    assert await t.get("Beat", slow).add(10) == 10
+    # An event caught between its read and its write by the pause.
+    pending = asyncio.get_running_loop().create_task(w1.call(slow, "slow_add", 600, 1))
+    await asyncio.sleep(0.2)
+    w1.signal(signal.SIGSTOP)
+    stopped_ms = wall_ms()
+    try:
+        async def moved() -> bool:
+            return all([await owner(t, n) in ("t", "w2") for n in names])
+        await until(moved, within=LEASE_S * 4 + 5, what="w1's shards taken over")
+        # Meanwhile the new owners write the same objects.
+        assert await t.get("Beat", slow).add(100) == 110
+
+        async def all_fired() -> bool:
+            return all([await t.get("Beat", n).fires() for n in due])
+        await until(all_fired, within=15, what="every alarm fired on the new owners")
+    finally:
+        w1.signal(signal.SIGCONT)
+    resumed_ms = wall_ms()
+    answer = await pending
+    assert not answer["ok"] and "no longer holds" in answer["error"], answer
+    await asyncio.sleep(LEASE_S + 0.5)  # w1 renews, learns what it lost, carries on
+    assert await t.get("Beat", slow).add(0) == 110  # the paused write was fenced out
+    for name in due:
+        fires = await t.get("Beat", name).fires()
+        assert fires and all(f[0] != "w1" for f in fires), (name, fires)
+    # No handler of those objects started on w1 once it was paused, nor after.
+    late = [x for x in w1.lines() if x["what"] == "alarm" and x["t"] >= stopped_ms]
+    assert late == [], late
+    assert resumed_ms > stopped_ms
+    ups = {n["node_id"]: n["up"] for n in await t.nodes()}
+    assert ups == {"t": True, "w1": True, "w2": True}

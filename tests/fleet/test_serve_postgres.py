@@ -1,0 +1,137 @@
+"""`alarmtop serve --postgres`: the real command, in its own processes, as nodes of one
+fleet on a real PostgreSQL; and its mistakes, each a line or two and no traceback."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from websockets.sync.client import connect
+
+from alarmtop.server.fleet_options import dsn_has_password, redact
+from tests.tui.test_cli_mistakes import alarmtop, assert_clear, env_without_tokens
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_S = 60.0
+SERVING = re.compile(r"serving (ws://127\.0\.0\.1:\d+/ops)")
+
+
+def start_node(dsn: str, data: Path, node_id: str, log: Path) -> subprocess.Popen[str]:
+    """A demo node, its DSN from the environment (nothing secret in argv)."""
+    with log.open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", "import sys; from alarmtop.tui.cli import main; "
+             "sys.exit(main())", "serve", "--demo", "--data-dir", str(data), "--port", "0",
+             "--node-id", node_id, "--lease-s", "2"],
+            cwd=ROOT, env=env_without_tokens(ALARMTOP_POSTGRES_DSN=dsn),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True)
+
+
+def wait_serving(log: Path, proc: subprocess.Popen[str]) -> str:
+    deadline = time.monotonic() + RUN_S
+    while time.monotonic() < deadline:
+        m = SERVING.search(log.read_text())
+        if m:
+            return m[1]
+        assert proc.poll() is None, log.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"no 'serving' line: {log.read_text()}")
+
+
+def ask(url: str, token: str, op: dict[str, object]) -> dict[str, object]:
+    with connect(url, open_timeout=RUN_S) as ws:
+        ws.send(json.dumps({"op": "hello", "token": token}))
+        assert '"welcome"' in ws.recv(timeout=RUN_S)
+        ws.send(json.dumps({**op, "id": 1}))
+        while True:
+            frame = json.loads(ws.recv(timeout=RUN_S))
+            if frame.get("id") == 1:
+                return dict(frame)
+
+
+def test_two_serve_nodes_share_the_fleet_and_stop_in_time(pg_dsn: str, tmp_path: Path) -> None:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        urls = []
+        for name in ("a", "b"):
+            log = tmp_path / f"{name}.log"
+            procs.append(start_node(pg_dsn, tmp_path / name, name, log))
+            urls.append(wait_serving(log, procs[-1]))
+        token = (tmp_path / "b" / "operator.token").read_text().strip()
+        # The demo's flaky object lives on one of the two; node b's ops reach it either
+        # way, and node a reads the re-armed time from the shared alarm index.
+        at_ms = int(time.time() * 1000) + 3_600_000
+        deadline = time.monotonic() + RUN_S
+        while True:
+            answer = ask(urls[1], token, {"op": "rearm", "object": "Flaky/payments-0",
+                                          "at_ms": at_ms, "reason": "test"})
+            if answer.get("ok") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer.get("ok"), answer
+        viewer = (tmp_path / "a" / "viewer.token").read_text().strip()
+        seen = ask(urls[0], viewer, {"op": "alarm", "object": "Flaky/payments-0"})
+        assert str(at_ms) in json.dumps(seen), seen
+        started = time.monotonic()
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        codes = [proc.wait(timeout=RUN_S) for proc in procs]
+        took = time.monotonic() - started
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = [(tmp_path / f"{n}.log").read_text() for n in ("a", "b")]
+    assert codes == [0, 0], logs
+    assert all("Traceback" not in text for text in logs), logs
+    assert took < 5.0, took
+
+
+def test_a_postgres_that_cannot_be_reached_is_one_line(tmp_path: Path) -> None:
+    outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), "--port", "0",
+                       env=env_without_tokens(
+                           ALARMTOP_POSTGRES_DSN="postgresql://alarmtop@127.0.0.1:1/none"))
+    assert_clear(outcome, 1, "cannot connect to PostgreSQL", "DSN")
+
+
+def test_a_password_in_argv_is_warned_about(tmp_path: Path) -> None:
+    outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), "--port", "0",
+                       "--postgres", "postgresql://alarmtop:hunter2@127.0.0.1:1/none")
+    assert outcome.code == 1 and "Traceback" not in outcome.err, outcome
+    assert "ALARMTOP_POSTGRES_DSN" in outcome.err and "PGPASSFILE" in outcome.err
+    assert "hunter2" not in outcome.err, outcome.err
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--node-id", "a"], ["--node-id", "--postgres"]),
+    (["--postgres", "x", "--shards", "0"], ["--shards", "1 to 4096"]),
+    (["--postgres", "x", "--lease-s", "-1"], ["--lease-s", "seconds > 0"]),
+])
+def test_fleet_command_line_mistakes(tmp_path: Path, args: list[str], words: list[str]) -> None:
+    outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), *args)
+    assert_clear(outcome, 2, *words)
+
+
+def test_an_app_factory_must_take_the_backend(tmp_path: Path) -> None:
+    outcome = alarmtop("serve", "--app", "tests.tui.test_cli_mistakes:build_runtime",
+                       "--data-dir", str(tmp_path / "d"), "--port", "0",
+                       env=env_without_tokens(
+                           ALARMTOP_POSTGRES_DSN="postgresql://alarmtop@127.0.0.1:1/none"))
+    assert_clear(outcome, 1, "backend=")
+
+
+@pytest.mark.parametrize(("dsn", "has"), [
+    ("postgresql://u:p@h/db", True), ("postgresql://u@h/db", False),
+    ("postgresql://u@h/db?password=x", True), ("host=h user=u password=x", True),
+    ("host=h user=u", False), ("host=h passfile=/x", False),
+])
+def test_dsn_password_detection(dsn: str, has: bool) -> None:
+    assert dsn_has_password(dsn) is has
+    assert ("p@" not in redact(dsn) and "password=x" not in redact(dsn))
