@@ -155,6 +155,48 @@ def test_a_good_token_gets_an_httponly_session_cookie(demo: Web) -> None:
     assert login(demo, demo.viewer_token)[0] == 303
 
 
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """`alarmtop serve --demo` on a free port: its ops URL and data dir."""
+    data, log = tmp_path / "served", tmp_path / "serve.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "alarmtop.tui.cli", "serve", "--demo",
+                                 "--data-dir", str(data), "--port", "0"], env=env(),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    try:
+        deadline = time.monotonic() + START_S
+        while (found := re.search(r"serving (ws://\S+)", log.read_text())) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)  # a real process starting: poll its log
+        yield found[1], data
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_console_of_a_server_given_by_url(served: tuple[str, Path], tmp_path: Path
+                                              ) -> None:
+    url, data = served
+    log = tmp_path / "web.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "alarmtop.tui.cli", "web", "--url", url,
+                                 "--port", "0"], env=env(), stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        found = URL_LINE.search(proc.stdout.readline())
+        assert found, log.read_text()
+        w = Web(proc, found[1], "", "")
+        assert login(w, "made-up")[0] == 401
+        status, headers, _ = login(w, (data / "viewer.token").read_text().strip())
+        assert status == 303 and "HttpOnly" in headers["set-cookie"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
 # -- the command line's mistakes ----------------------------------------------------------
 
 def short_failure(done: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
