@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from alarmtop.core import AlarmStatus, Runtime
+from alarmtop.core import AlarmStatus, Runtime, hook_info
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError, CommandTimeout
@@ -123,7 +123,32 @@ class OpsService:
 
     async def run(self, cmd: Command, session: Session) -> Any:
         """Apply a command within its deadline; raises `AlarmtopError`/`ProtocolError`
-        with a clear message. A command (not a query) is audited whatever happens."""
+        with a clear message. A command (not a query) is audited whatever happens.
+
+        The runtime's plugins hear it start and end (`on_command_start/end`), in this
+        task: the work it does (object events, executions) happens within it."""
+        hooks = self.rt.hooks
+        if not (hooks.on_command_start or hooks.on_command_end):
+            return await self._run(cmd, session)
+        start = hook_info.CommandInfo(cmd.op, _target(cmd.args), session.role,
+                                      session.address, not cmd.needs_operator,
+                                      self.rt.clock.now_ms())
+        hooks.fire(hooks.on_command_start, start)
+        outcome = hook_info.Outcome.OK
+        error: BaseException | None = None
+        try:
+            return await self._run(cmd, session)
+        except BaseException as exc:
+            # A command past its deadline may still finish: no outcome, rather than error.
+            abandoned = isinstance(exc, CommandTimeout)
+            outcome = hook_info.Outcome.ABANDONED if abandoned else hook_info.Outcome.ERROR
+            error = exc
+            raise
+        finally:
+            hooks.fire(hooks.on_command_end, hook_info.CommandEndInfo(
+                start, outcome, self.rt.clock.now_ms(), error))
+
+    async def _run(self, cmd: Command, session: Session) -> Any:
         if not cmd.needs_operator:
             try:
                 async with asyncio.timeout(self.deadline_s):
