@@ -33,7 +33,7 @@ the console process's memory (RSS now and peak) and how many alarms its state ho
 console process and a fresh server process on a copy of the same filled data.
 
     .venv/bin/python bench/console_latency.py [--quick] [--repeats 3] [--rate 1000]
-        [--pending 100000] [--profile out.html]
+        [--alarms 100000] [--profile out.html]
 
 `--profile` makes one run of the first rate with the console process under
 pyinstrument (HTML there, text beside it); its latencies are then inflated.
@@ -344,7 +344,8 @@ def main() -> None:
         asyncio.run(fill(Path(sys.argv[2]), int(sys.argv[3])))
         return
     parser = base_parser(__doc__)
-    parser.add_argument("--pending", type=int, default=100_000)
+    parser.add_argument("--pending", "--alarms", type=int, default=100_000, dest="pending",
+                        help="pending alarms the server holds (100,000; --alarms 1000000)")
     parser.add_argument("--rate", default=None,
                         help="alarms/s firing meanwhile, comma-separated runs "
                              "(quick: 1000; full: 0,1000)")

@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
@@ -46,10 +46,14 @@ from alarmtop.core.nodes import NodeClient, NodeLink, NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
-from alarmtop.core.storage.interface import StorageBackend
+from alarmtop.core.storage.interface import Counts, ObjectEntry, StorageBackend
+from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.operator_store import operator_store_of
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
 from alarmtop.core.tasks import Supervisor, tracker_of
+
+if TYPE_CHECKING:
+    from alarmtop.core.durable.operations import ExecutionRecord
 
 # Methods the runtime calls itself; RPC cannot reach them.
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
@@ -611,15 +615,36 @@ class Runtime:
         return AlarmStatus.of(rec, self.policy_for(rec.object_class))
 
     async def alarms(self, limit: int | None = None, offset: int = 0, *,
-                     state: str | None = None, contains: str | None = None) -> list[AlarmStatus]:
+                     state: str | None = None, contains: str | None = None,
+                     after: Cursor | None = None, order: str = "urgency",
+                     desc: bool = False) -> list[AlarmStatus]:
         """Alarms, most urgent first: dead, retrying, running, then by due time.
 
         `state` keeps one state; `contains` keeps objects whose `Class/name` contains it.
+        Pages by key: `after` is the cursor of the last alarm of the page before (see
+        `AlarmIndex.alarm_page`; `order="object"` lists by class and name, `desc`
+        reverses), and `offset` skips that many more. Without `after`, `offset` counts
+        from the start, which costs a walk over the rows skipped.
         """
-        self._check_running()
-        recs = await self.backend.alarm_index.page(-1 if limit is None else limit, offset,
-                                                   state, contains)
+        recs = await self.alarm_records(limit, offset, state=state, contains=contains,
+                                        after=after, order=order, desc=desc)
         return [self._status(r) for r in recs]
+
+    async def alarm_records(self, limit: int | None = None, offset: int = 0, *,
+                            state: str | None = None, contains: str | None = None,
+                            after: Cursor | None = None, order: str = "urgency",
+                            desc: bool = False) -> list[AlarmRecord]:
+        """`alarms()` as the index's records (for a listing that builds its own rows:
+        `AlarmStatus` costs a dataclass per row)."""
+        self._check_running()
+        return await self.backend.alarm_index.alarm_page(
+            after, -1 if limit is None else limit, offset=offset, state=state,
+            contains=contains, order=order, desc=desc)
+
+    async def count_alarms(self, state: str | None = None, contains: str | None = None) -> int:
+        """How many alarms `alarms()` lists with these filters (counters without a text)."""
+        self._check_running()
+        return await self.backend.alarm_index.count(state, contains)
 
     async def alarm(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus | None:
         self._check_running()
@@ -627,20 +652,35 @@ class Runtime:
         return None if rec is None else self._status(rec)
 
     async def dead_letters(self, limit: int | None = None, offset: int = 0) -> list[AlarmStatus]:
+        """Dead letters by class and name (a listing: on the read connection, by the
+        state index)."""
         self._check_running()
-        recs = await self.backend.alarm_index.in_state(
-            AlarmState.DEAD.value, -1 if limit is None else limit, offset)
+        recs = await self.backend.alarm_index.alarm_page(
+            None, -1 if limit is None else limit, offset=offset, state=AlarmState.DEAD.value,
+            order="object")
         return [self._status(r) for r in recs]
 
+    def counters(self) -> Counts:
+        """Alarms by state, retries, executions by status and objects, as of the last
+        commit: kept by storage with the writes, so this costs no I/O however many
+        alarms there are (the header, /metrics and the fleet view share it)."""
+        return self.backend.alarm_index.counters()
+
     async def alarm_counts(self) -> dict[str, int]:
+        """Alarms by state (every state, zeros included), from the counters."""
         self._check_running()
-        return await self.backend.alarm_index.counts()
+        counts = {s.value: 0 for s in AlarmState}
+        counts.update(self.counters().alarms)
+        return counts
 
     async def near_exhaustion_count(self) -> int:
         """Alarms whose next failure makes them dead letters (each class's own policy)."""
         self._check_running()
-        return sum(n for cls, retries, n in await self.backend.alarm_index.retry_counts()
-                   if retries >= self.policy_for(cls).max_retries)
+        return self.near_exhaustion(self.counters())
+
+    def near_exhaustion(self, counts: Counts) -> int:
+        """Near exhaustion in `counts`, under each class's retry policy."""
+        return counts.near_exhaustion(lambda cls: self.policy_for(cls).max_retries)
 
     async def _operate(self, cls: type[DurableObject] | str, name: str, action: str,
                        apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:
@@ -772,4 +812,33 @@ class Runtime:
 
     def resident_objects(self) -> list[tuple[str, str]]:
         return self.host.resident_keys()
+
+    async def objects(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
+                      contains: str | None = None, desc: bool = False) -> list[ObjectEntry]:
+        """Every object known to storage (a database, an alarm or an execution), by
+        class and name, paged by key (`after`: the (class, name) of the last one)."""
+        self._check_running()
+        return await self.backend.alarm_index.object_page(after, limit, offset=offset,
+                                                          contains=contains, desc=desc)
+
+    async def count_objects(self, contains: str | None = None) -> int:
+        """How many `objects()` lists (the counter without a text)."""
+        self._check_running()
+        return await self.backend.alarm_index.count_known(contains)
+
+    async def execution_page(self, after: Cursor | None = None, limit: int = 50, *,
+                             offset: int = 0, status: str | None = None,
+                             contains: str | None = None,
+                             desc: bool = False) -> list[ExecutionRecord]:
+        """Executions most in need of a person first, paged by key (see
+        `ExecutionStore.page`); `contains` keeps those whose `name/id` contains it."""
+        self._check_running()
+        return await self.backend.execution_store.page(after, limit, offset=offset,
+                                                       status=status, contains=contains,
+                                                       desc=desc)
+
+    async def count_executions(self, status: str | None = None,
+                               contains: str | None = None) -> int:
+        self._check_running()
+        return await self.backend.execution_store.count(status, contains)
 

@@ -244,6 +244,9 @@ class OpsServer:
                                ) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path == "/metrics":
+            if not self.metrics.allows(request.headers):
+                return conn.respond(401, "/metrics needs its token: Authorization: Bearer "
+                                         "<token>\n")
             body = await self.metrics.render(self.viewers)
             return Response(200, "OK", Headers([
                 ("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),

@@ -1,7 +1,8 @@
 """Snapshot, then deltas: one coalesced frame per tick, fanned out to every client.
 
 The feed drains the runtime's events once per tick and builds one delta (the
-rows that changed, fresh counts, the tail of the event log), encoded once, to
+rows that changed, fresh counts from the counters storage keeps with its writes,
+the tail of the event log), encoded once, to
 UTF-8 bytes, and offered to every client: every viewer shares that one query and
 that one frame. Each client has a bounded queue: a client that falls behind
 loses its queued deltas and gets a fresh snapshot instead, so a slow viewer is
@@ -23,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from alarmtop.core.events import Event
-from alarmtop.server.ops import OpsService, alarm_row
+from alarmtop.server.ops import OpsService, alarm_row, execution_row
 from alarmtop.server.wire import encode, split_object
 
 MAX_ROWS_PER_DELTA = 200
@@ -202,11 +203,9 @@ class Feed:
         for eid in list(executions)[:MAX_ROWS_PER_DELTA]:
             rec = await self.ops.rt.executions.engine.store.get(eid)
             if rec is not None:
-                rows.append({"execution_id": rec.id, "name": rec.name,
-                             "status": rec.status.value, "blocked_on": rec.blocked_on,
-                             "updated_ms": rec.updated_ms, "saga": rec.saga})
+                rows.append(execution_row(rec))
         tail = events[-MAX_EVENTS_PER_DELTA:]
-        counts = await self.ops.counts()
+        counts = await self.ops.counts()  # the counters: no query however many alarms
         # Numbered only once built: a snapshot taken meanwhile must not carry this number.
         self.seq += 1
         return {"type": "delta", "seq": self.seq, "at_ms": self.ops.rt.clock.now_ms(),

@@ -1,11 +1,14 @@
 """Sorting, filtering and paging of listings the server holds as rows: pure, no I/O.
 
-The ops queries (`server/ops.py`) page alarms, executions and the audit log from
-storage in their default order. A listing sorted by another column, or filtered by
-text where storage has no filter, is built here from every matching row: that is
-a full sort, so it is bounded (`MAX_SCAN`) and refused beyond with a message that
-says what to do. (The keyed paging index the server gets later replaces this for
-the large listings; the console does not change, it asks for a sort key.)
+The ops queries (`server/ops.py`) page by key in the orders an index serves
+(`KEYED`): alarms most urgent first or by object, executions most in need of a
+person first, objects by name, the audit log by time; either way round, with the
+state, status and text filters. Any depth costs what the first page does.
+
+A listing sorted by another column (an alarm's due time or error, an object's
+sockets), or the audit log filtered by text or target, is built here from every
+matching row: that is a full sort, so it is bounded (`MAX_SCAN`) and refused
+beyond with a message that says what to do.
 
 Sort keys name real values, never the text the console draws: due times and
 ages in ms, retry counts as numbers. A missing value (no due time) sorts last in
@@ -86,6 +89,10 @@ SORTS: dict[str, dict[str, Key]] = {
 # The order each listing has when no sort is asked for (what storage pages by).
 DEFAULT_SORT = {"alarms": "state", "executions": "status", "objects": "object",
                 "audit": "when", "faults": "id", "nodes": "state"}
+# Sorts an index serves: listing -> sort -> the storage order (a `keys.SHAPES` name).
+KEYED = {"alarms": {"state": "urgency", "object": "object"},
+         "executions": {"status": "urgency"}, "objects": {"object": "object"},
+         "audit": {"when": "seq"}}
 DEFAULT_DESC = {"audit": True}  # the newest audit row first
 
 
@@ -142,3 +149,62 @@ def contains(text: str | None, *fields: Any) -> bool:
 
 def window(rows: Sequence[T], offset: int, limit: int) -> list[T]:
     return list(rows[offset:offset + limit])
+
+
+def keyed_order(listing: str, sort: str) -> str | None:
+    """The storage order that serves `sort` of `listing` by key, or None (bounded)."""
+    return KEYED.get(listing, {}).get(sort)
+
+
+class CountCache:
+    """Totals that cost a walk of the rows (a text filter over many alarms): kept for
+    `max_age_s` while rows change, and for as long as nothing changed at all.
+
+    A total is exact when nothing was committed since it was counted (`version`, the
+    storage counters' snapshot, is the same object); otherwise it is reused while
+    younger than `max_age_s`, so a console refreshing a filtered page twice a second
+    over a million alarms walks them at most that often. Small listings are counted
+    every time (`cheap`): their walk costs less than being a second out of date.
+    """
+
+    def __init__(self, max_age_s: float = 2.0, cheap: int = MAX_SCAN, size: int = 64) -> None:
+        self.max_age_s, self.cheap, self.size = max_age_s, cheap, size
+        self._seen: dict[tuple[Any, ...], tuple[object, float, int]] = {}
+
+    def get(self, key: tuple[Any, ...], version: object, rows: int, now: float) -> int | None:
+        if rows <= self.cheap:
+            return None
+        hit = self._seen.get(key)
+        if hit is None:
+            return None
+        seen_version, at, total = hit
+        if seen_version is version or now - at <= self.max_age_s:
+            return total
+        return None
+
+    def put(self, key: tuple[Any, ...], version: object, now: float, total: int) -> None:
+        if len(self._seen) >= self.size:
+            self._seen.pop(next(iter(self._seen)))
+        self._seen[key] = (version, now, total)
+
+
+Key2 = tuple[str, str]
+
+
+def resident_in_page(page: Sequence[Key2], residents: Sequence[Key2], after: Key2 | None,
+                     limit: int, desc: bool) -> list[Key2]:
+    """Resident objects storage does not list (woken, nothing kept yet) that belong to
+    a page of `limit` listed keys after `after`: those between `after` and the page's
+    last key (or past it, when the page is the last), not in the page.
+
+    Storage lists what it keeps; an object in memory with nothing stored (an RPC that
+    wrote nothing, sockets open) is shown too, merged in by key."""
+    listed = set(page)
+    last = page[-1] if len(page) >= limit and page else None
+
+    def inside(key: Key2) -> bool:
+        if after is not None and (key <= after if not desc else key >= after):
+            return False
+        return last is None or (key <= last if not desc else key >= last)
+
+    return [k for k in residents if k not in listed and inside(k)]

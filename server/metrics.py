@@ -1,22 +1,35 @@
 """Prometheus metrics: what an operator alerts on without the console.
 
 Counters and the lateness histogram follow the runtime's events; gauges
-(alarms by state, executions by status, dead letters, needs-human, viewers) are
-read fresh at each scrape.
+(alarms by state, near exhaustion, executions by status, dead letters,
+needs-human, objects, viewers) are set at each scrape from the counters storage
+keeps with its writes (`Runtime.counters()`): a scrape runs no query, so it costs
+the same with a thousand alarms or a million and never waits for, or delays, a
+commit.
+
+`/metrics` is open by default (like most exporters, on 127.0.0.1); with a token
+(`Metrics.token`, `alarmtop serve --metrics-token-file`), a scrape must send
+`Authorization: Bearer <token>` (Prometheus: `authorization: {credentials_file: ...}`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hmac
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from alarmtop.core import Event, Runtime
 
+ALARM_STATES = ("pending", "running", "retrying", "dead")
+EXECUTION_STATUSES = ("running", "suspended", "succeeded", "failed", "timed_out",
+                      "needs_human", "aborted")
+
 
 class Metrics:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, token: str | None = None) -> None:
         self.rt = runtime
+        self.token = token  # None: scrapes need no token
         self.registry = r = CollectorRegistry()
         self.fires = Counter("alarmtop_alarm_fires_total", "Alarm attempts started", registry=r)
         self.failures = Counter("alarmtop_alarm_failures_total", "Alarm attempts that failed",
@@ -31,10 +44,15 @@ class Metrics:
         self.alarms = Gauge("alarmtop_alarms", "Alarms by state", ["state"], registry=r)
         self.dead_letters = Gauge("alarmtop_dead_letters", "Dead letters waiting for an operator",
                                   registry=r)
+        self.near_exhaustion = Gauge("alarmtop_alarms_near_exhaustion",
+                                     "Alarms whose next failure makes them dead letters",
+                                     registry=r)
         self.executions = Gauge("alarmtop_executions", "Executions by status", ["status"],
                                 registry=r)
         self.needs_human = Gauge("alarmtop_needs_human",
                                  "Executions waiting for a human decision", registry=r)
+        self.objects = Gauge("alarmtop_objects", "Objects known to the runtime (a database, "
+                             "an alarm or an execution)", registry=r)
         self.viewers = Gauge("alarmtop_viewers_connected", "Clients on the ops channel",
                              registry=r)
         self.sockets = Gauge("alarmtop_object_sockets", "Open object WebSockets", registry=r)
@@ -51,16 +69,25 @@ class Metrics:
         elif ev.type == "alarm.dead":
             self.deaths.inc()
 
+    def allows(self, headers: Mapping[str, str]) -> bool:
+        """Whether a scrape with these request headers may read the metrics."""
+        if self.token is None:
+            return True
+        given = headers.get("Authorization") or ""
+        scheme, _, credentials = given.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode())
+
     async def render(self, viewers: int) -> bytes:
-        counts = await self.rt.alarm_counts()
-        for state, n in counts.items():
-            self.alarms.labels(state).set(n)
-        self.dead_letters.set(counts.get("dead", 0))
-        executions = await self.rt.executions.counts()
-        for status in ("running", "suspended", "succeeded", "failed", "timed_out",
-                       "needs_human", "aborted"):
-            self.executions.labels(status).set(executions.get(status, 0))
-        self.needs_human.set(executions.get("needs_human", 0))
+        counts = self.rt.counters()
+        for state in ALARM_STATES:
+            self.alarms.labels(state).set(counts.alarms.get(state, 0))
+        self.dead_letters.set(counts.alarms.get("dead", 0))
+        self.near_exhaustion.set(self.rt.near_exhaustion(counts))
+        for status in EXECUTION_STATUSES:
+            self.executions.labels(status).set(counts.executions.get(status, 0))
+        self.needs_human.set(counts.executions.get("needs_human", 0))
+        self.objects.set(counts.known)
         self.viewers.set(viewers)
         self.sockets.set(self.rt.sockets.total())
         return generate_latest(self.registry)

@@ -140,14 +140,17 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                         tls: ssl.SSLContext | None = None, demo: bool = False,
                         ready: asyncio.Event | None = None, *, insecure_no_tls: bool = False,
                         allow_origins: Iterable[str] = (),
-                        command_timeout_s: float = DEADLINE_S) -> bool:
+                        command_timeout_s: float = DEADLINE_S,
+                        metrics_token: str | None = None) -> bool:
     """Serve until SIGINT or SIGTERM, then stop within `STOP_S`; returns whether the
-    stop left work behind (see `leave_now`). Raises `ServeError` (or `TokenFileError`,
-    `ValueError`, `DescriptorBudget`) with a message for the operator when it cannot
-    start."""
+    stop left work behind (see `leave_now`). With `metrics_token`, a scrape of
+    /metrics must send it (`Authorization: Bearer <token>`). Raises `ServeError` (or
+    `TokenFileError`, `ValueError`, `DescriptorBudget`) with a message for the operator
+    when it cannot start."""
     tokens, new_roles = read_tokens(data_dir)
     server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
                        allow_origins=allow_origins, command_timeout_s=command_timeout_s)
+    server.metrics.token = metrics_token
     rt.check_descriptors()  # before the port: a budget that cannot fit costs nothing
     try:
         await server.bind()

@@ -51,6 +51,9 @@ class Field:
 _STR, _INT, _NUM = str, int, (int, float)
 _OPT_STR = Field(str, False)
 _SORTED = {"sort": _OPT_STR, "desc": Field(bool, False)}
+# The cursor of the last row of the page before (a result's `cursors` entry, as given):
+# the page starts after it, `offset` rows further.
+_AFTER = {"after": Field(list, False)}
 
 # op -> (operator only, fields)
 OPS: dict[str, tuple[bool, dict[str, Field]]] = {
@@ -69,18 +72,19 @@ OPS: dict[str, tuple[bool, dict[str, Field]]] = {
     "resolve": (True, {"execution_id": Field(_STR), "note": Field(_STR), "reason": _OPT_STR}),
     "abort": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
     "hand_to_human": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
-    # Listings page with offset/limit and take `sort` (a column's real value, see
+    # Listings page with offset/limit, or by key with `after` (the orders an index
+    # serves answer with `cursors`), and take `sort` (a column's real value, see
     # server/listing.py) and `desc`.
     "alarms": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                       "state": _OPT_STR, "filter": _OPT_STR, **_SORTED}),
+                       "state": _OPT_STR, "filter": _OPT_STR, **_SORTED, **_AFTER}),
     "alarm": (False, {"object": Field(_STR)}),
     "objects": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                        "filter": _OPT_STR, **_SORTED}),
+                        "filter": _OPT_STR, **_SORTED, **_AFTER}),
     "executions": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                           "status": _OPT_STR, "filter": _OPT_STR, **_SORTED}),
+                           "status": _OPT_STR, "filter": _OPT_STR, **_SORTED, **_AFTER}),
     "execution": (False, {"execution_id": Field(_STR)}),
     "audit": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                      "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
+                      "filter": _OPT_STR, "target": _OPT_STR, **_SORTED, **_AFTER}),
     "faults": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
                        "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
     "snapshot": (False, {}),

@@ -318,6 +318,9 @@ def build_serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--command-timeout", type=positive_seconds, default=None, metavar="S",
                    help="seconds an operator command may take before it is answered as "
                    "failed (default 5)")
+    p.add_argument("--metrics-token-file", type=Path, default=None, metavar="PATH",
+                   help="a file (mode 600) holding the token /metrics then asks for: "
+                   "Authorization: Bearer <token> (default: /metrics is open)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
     fleet = p.add_argument_group("fleet on PostgreSQL")
     fleet.add_argument("--postgres", metavar="DSN", default=os.environ.get("ALARMTOP_POSTGRES_DSN"),
@@ -349,6 +352,7 @@ def shard_count(text: str) -> int:
 
 def serve_main(argv: list[str]) -> int:
     from alarmtop.core.errors import AlarmtopError
+    from alarmtop.server.auth import read_token_file
     from alarmtop.server.fleet_options import (
         DSN_ARGV_WARNING,
         call_factory,
@@ -375,6 +379,8 @@ def serve_main(argv: list[str]) -> int:
         check_bind(args.host, args.tls_cert is not None, args.insecure_no_tls)
         check_data_dir(args.data_dir)
         tls = tls_context(args.tls_cert, args.tls_key)
+        metrics_token = (None if args.metrics_token_file is None
+                         else read_token_file(args.metrics_token_file))
         if args.postgres:
             if "--postgres" in argv and dsn_has_password(args.postgres):
                 print(DSN_ARGV_WARNING, file=sys.stderr)
@@ -383,7 +389,7 @@ def serve_main(argv: list[str]) -> int:
         elif args.node_id:
             raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
                              "ALARMTOP_POSTGRES_DSN) too")
-    except (ValueError, ServeError, AlarmtopError) as exc:
+    except (ValueError, ServeError, AlarmtopError) as exc:  # TokenFileError: a ValueError
         return _fail(exc, 2, prog)
     if args.demo:
         from alarmtop.examples.demo import build_demo_runtime
@@ -396,7 +402,8 @@ def serve_main(argv: list[str]) -> int:
         if await serve_forever(rt, args.data_dir, args.host, args.port, tls,
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,
-                               command_timeout_s=args.command_timeout or DEADLINE_S):
+                               command_timeout_s=args.command_timeout or DEADLINE_S,
+                               metrics_token=metrics_token):
             # A task ignored its cancellation: the loop's close would wait for it forever.
             leave_now(0, abandoned=True)
 

@@ -2,8 +2,12 @@
 
 No Textual and no socket in here: the view hands a `Pager` a function that
 fetches `(query, offset, limit)` and gets back the page it shows, the total, and
-whether what it shows is current. What the server pages by (offset and limit
-today, a key into its index later) stays behind that function (`Fetch`).
+whether what it shows is current. Positions are what the operator reads ("101-200
+of 350"); the server pages by key (a page starts after the cursor of the row before
+it), and `Bookmarks` turn one into the other behind that function (`Fetch`): the
+cursor of every tenth row an answer carried is kept by position, and a fetch at a
+position starts from the nearest bookmark at or before it. Deep in a listing that
+changes, a position reached through an older bookmark is approximate ("about").
 
 A page of alarms is a round trip to a server that may be busy (20-95 ms under
 load), and a key waiting for it feels slow. So after a page move the view fetches
@@ -21,7 +25,8 @@ longer apart than `max_age_s` while the view is shown.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import bisect
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -66,6 +71,7 @@ class Answer:
     rows: Rows
     total: int
     note: str | None = None  # what the server says the listing leaves out
+    approximate: bool = False  # the rows' position is where they were, not where they are
 
 
 Fetch = Callable[[ListQuery, int, int], Awaitable[Answer | None]]
@@ -77,6 +83,55 @@ class Page:
     total: int  # how many the whole listing held when the page was fetched
     at: float  # when it was fetched, seconds on any monotonic clock
     note: str | None = None
+    approximate: bool = False
+
+
+@dataclass
+class Bookmarks:
+    """Where rows of one listing start, as the server's cursors: position -> the cursor
+    of the row just before it, and the listing's total when that was learnt.
+
+    Kept for every `every`-th position an answer covered and for its end, so a fetch
+    at a page boundary (pages are multiples of ten) starts exactly at a bookmark;
+    at most `limit` of them (the farthest from the last answer go first).
+    """
+
+    every: int = 10
+    limit: int = 20_000
+    _positions: list[int] = field(default_factory=list)
+    _marks: dict[int, tuple[Any, int]] = field(default_factory=dict)
+
+    def learn(self, start: int, cursors: Sequence[Any], total: int) -> None:
+        """An answer at `start` carried these cursors (one per row)."""
+        for i, cursor in enumerate(cursors, 1):
+            pos = start + i
+            if pos % self.every == 0 or i == len(cursors):
+                if pos not in self._marks:
+                    bisect.insort(self._positions, pos)
+                self._marks[pos] = (cursor, total)
+        end = start + len(cursors)
+
+        def distance(pos: int) -> int:  # from the rows just learnt
+            return 0 if start <= pos <= end else min(abs(pos - start), abs(pos - end))
+
+        while len(self._positions) > self.limit:
+            first, last = self._positions[0], self._positions[-1]
+            far = first if distance(first) >= distance(last) else last
+            self._positions.remove(far)
+            del self._marks[far]
+
+    def nearest(self, offset: int) -> tuple[int, Any, int | None]:
+        """(position, cursor, total then) of the nearest bookmark at or before `offset`;
+        (0, None, None) when there is none (the listing's start)."""
+        i = bisect.bisect_right(self._positions, offset)
+        if i == 0:
+            return 0, None, None
+        pos = self._positions[i - 1]
+        cursor, total = self._marks[pos]
+        return pos, cursor, total
+
+    def __len__(self) -> int:
+        return len(self._positions)
 
 
 @dataclass
@@ -108,7 +163,8 @@ class PageCache:
         self._pages = {o: p for o, p in self._pages.items() if now - p.at <= self.max_age_s}
         for offset in range(start, start + limit, self.size):
             chunk = list(answer.rows[offset - start:offset - start + self.size])
-            self._pages[offset] = Page(chunk, answer.total, now, answer.note)
+            self._pages[offset] = Page(chunk, answer.total, now, answer.note,
+                                       answer.approximate)
 
     def get(self, query: ListQuery, generation: int, offset: int, now: float) -> Page | None:
         """The page at `offset` for `query`, if one was fetched in the last `max_age_s`."""
@@ -165,6 +221,7 @@ class Shown:
     rows: Rows
     total: int
     note: str | None = None
+    approximate: bool = False  # its position is about right (say "about")
 
 
 class Pager:
@@ -212,7 +269,7 @@ class Pager:
         self.offset, self.direction = start, step
         page = self.cache.get(self.query, self.generation, start, now)
         if page is not None:
-            self.shown = Shown(page.rows, page.total, page.note)
+            self.shown = Shown(page.rows, page.total, page.note, page.approximate)
             self.shown_for = (self.query, start)
         self.gate.ask(urgent=True)
         return True
@@ -244,7 +301,7 @@ class Pager:
         page = self.cache.get(self.query, self.generation, self.offset, now)
         if page is None:
             return False
-        self.shown = Shown(page.rows, page.total, page.note)
+        self.shown = Shown(page.rows, page.total, page.note, page.approximate)
         self.shown_for = (self.query, self.offset)
         self.loaded, self.error = True, None
         if not page.rows and self.offset and page.total:

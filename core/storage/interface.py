@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
+from alarmtop.core.storage.keys import Cursor
 
 if TYPE_CHECKING:
     from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
@@ -30,6 +31,40 @@ class ExecResult:
     columns: tuple[str, ...]
     rows: list[dict[str, Any]]
     rows_written: int
+
+
+@dataclass(frozen=True)
+class Counts:
+    """The counts an operator watches, kept by the backend with the writes that change
+    them (in the same transaction), so reading them costs nothing however many rows
+    there are, and they are exact after any crash.
+
+    `retries` counts alarms retrying or running a retry, by (class, retry count):
+    whether such an alarm is near exhaustion depends on its class's policy, which
+    the runtime knows and the backend does not (`near_exhaustion`).
+    """
+
+    alarms: Mapping[str, int] = field(default_factory=dict)  # by state
+    retries: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    executions: Mapping[str, int] = field(default_factory=dict)  # by status
+    stored: int = 0  # objects that have a database of their own
+    known: int = 0  # objects known at all: a database, an alarm row or an execution
+
+    def near_exhaustion(self, max_retries: Callable[[str], int]) -> int:
+        """Alarms whose next failure makes them dead letters, given each class's limit."""
+        return sum(n for (cls, retries), n in self.retries.items()
+                   if retries >= max_retries(cls))
+
+
+class ObjectEntry(NamedTuple):
+    """An object the runtime knows of, as the objects listing shows it."""
+
+    object_class: str
+    object_name: str
+    stored: bool  # it has a database of its own
+    execution: bool  # it is an execution (its log lives in the runtime's database)
+    alarm_state: str | None
+    next_attempt_ms: int | None
 
 
 class ObjectStore(Protocol):
@@ -126,12 +161,60 @@ class AlarmIndex(Protocol):
         optionally only one state, or objects whose `Class/name` contains a text."""
         ...
 
-    async def count(self, state: str | None = None, contains: str | None = None) -> int: ...
+    async def count(self, state: str | None = None, contains: str | None = None) -> int:
+        """How many alarms `page` lists with these filters: from the counters without a
+        text, else by going through the rows (each row's `Class/name` is looked at)."""
+        ...
 
-    async def counts(self) -> dict[str, int]: ...
+    async def counts(self) -> dict[str, int]:
+        """Alarms by state (`counters().alarms`)."""
+        ...
 
     async def retry_counts(self) -> list[tuple[str, int, int]]:
         """(class, retry count, how many) over alarms retrying or running a retry."""
+        ...
+
+    def counters(self) -> Counts:
+        """The counts as of the last commit, without any I/O: loaded at open and kept
+        by every commit (in its own transaction). Safe to call on the event loop as
+        often as wanted."""
+        ...
+
+    async def recount(self) -> Counts:
+        """The same counts, counted from the rows (a full scan: for tests and checks,
+        never for a display)."""
+        ...
+
+    async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
+                         offset: int = 0, state: str | None = None,
+                         contains: str | None = None, order: str = "urgency",
+                         desc: bool = False) -> list[AlarmRecord]:
+        """A page of alarms by key: the `limit` rows after the row whose cursor is
+        `after` (None: from the start), `offset` more skipped, in `order`:
+
+        - ``"urgency"``: `page`'s order, cursor ``(keys.alarm_urgency(...), class, name)``;
+        - ``"object"``: by class and name, cursor ``(class, name)``;
+
+        reversed with `desc` (then `after` is the row before, in that reversed order).
+        Served by an index: the cost does not grow with the depth of the page. Reads
+        on a connection of their own, so they never wait for a commit nor delay one;
+        they see every write whose `submit` future has completed.
+        """
+        ...
+
+    async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
+                          offset: int = 0, contains: str | None = None,
+                          desc: bool = False) -> list[ObjectEntry]:
+        """Every object known to the runtime (a database, an alarm or an execution), by
+        class and name (cursor ``(class, name)``), from an index kept with the writes."""
+        ...
+
+    async def count_known(self, contains: str | None = None) -> int:
+        """How many objects `object_page` lists (the counter without a text)."""
+        ...
+
+    async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
+        """Which of `keys` `object_page` lists (point lookups)."""
         ...
 
     def object_write(self, key: AlarmKey, file: str, at_ms: int) -> ExtraWrite:
@@ -212,7 +295,22 @@ class ExecutionStore(Protocol):
     async def list(self, status: str | None = None, limit: int = 100,
                    offset: int = 0) -> list[ExecutionRecord]: ...
 
-    async def counts(self) -> dict[str, int]: ...
+    async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
+                   status: str | None = None, contains: str | None = None,
+                   desc: bool = False) -> builtins.list[ExecutionRecord]:
+        """Executions by key, `list`'s order (needs a human, failed, running, suspended,
+        the rest; the latest updated first; then by id): cursor
+        ``(keys.execution_urgency(status, updated_ms), id)``. `contains` keeps those
+        whose `name/id` contains a text. Served by an index, on the read connection."""
+        ...
+
+    async def count(self, status: str | None = None, contains: str | None = None) -> int:
+        """How many executions `page` lists (the counters without a text)."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """Executions by status, from the counters kept with the writes."""
+        ...
 
     async def ledger_deliver(self, key: str, value: Any, at_ms: int,
                              honour_key: bool = True) -> bool: ...
@@ -223,6 +321,11 @@ class ExecutionStore(Protocol):
 
     async def audit_list(self, limit: int = 100,
                          offset: int = 0) -> builtins.list[dict[str, Any]]: ...
+
+    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
+                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
+        """Audit rows by key (cursor ``(seq,)``), the newest first unless not `desc`."""
+        ...
 
 
 class StorageBackend(Protocol):

@@ -199,7 +199,120 @@ RUNTIME_MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX bulk_items_status ON bulk_items (batch_id, status, seq)
     """,
+    # Listings served by indexes, counts kept with the writes (DESIGN section 12).
+    #
+    # `alarms.urgency` is the alarm's place in the console's order as one integer
+    # (core/storage/keys.py `alarm_urgency`, which the writer computes for every row;
+    # the UPDATE below is the same function in SQL, for the rows already there). An
+    # execution's is a generated column: its rows are written by the execution store,
+    # whose writes stay as they are.
+    #
+    # `known` is every object the runtime knows of, with where it is known from
+    # (`sources`: 1 it has a database, 2 it has an alarm row, 4 it is an execution),
+    # for the objects listing; an object known only by its alarm leaves with it.
+    #
+    # `counters` holds the counts the header and /metrics show, kept in the
+    # transaction of the write that changes them, so they are exact after any crash:
+    # alarms by state; alarms retrying or running a retry by class and retry count
+    # (`num`), from which near exhaustion follows under each class's policy;
+    # executions by status; objects with a database and objects known.
+    #
+    # Alarm rows are written by the alarm index alone, which counts each batch's
+    # changes itself (sqlite_counts.py: a trigger per row cost more). The other
+    # tables' counts are kept by triggers. Execution rows are written by INSERT OR
+    # REPLACE (and never deleted): their trigger runs BEFORE INSERT, while the row
+    # replaced can still be read.
+    """
+    ALTER TABLE alarms ADD COLUMN urgency INTEGER NOT NULL DEFAULT 0;
+    UPDATE alarms SET urgency =
+        (CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2
+         ELSE 3 END) * 1152921504606846976
+        + (16383 - min(max(retry_count, 0), 16383)) * 70368744177664
+        + (CASE WHEN next_attempt_ms IS NULL THEN 0
+           ELSE min(max(next_attempt_ms + 35184372088832, 1), 70368744177663) END);
+    CREATE INDEX alarms_urgency ON alarms (urgency);
+    ALTER TABLE executions ADD COLUMN urgency INTEGER GENERATED ALWAYS AS (
+        (CASE status WHEN 'needs_human' THEN 0 WHEN 'failed' THEN 1 WHEN 'running' THEN 2
+         WHEN 'suspended' THEN 3 ELSE 4 END) * 1152921504606846976
+        + (70368744177663 - min(max(updated_ms + 35184372088832, 1), 70368744177663))
+    ) VIRTUAL;
+    CREATE INDEX executions_urgency ON executions (urgency);
+    CREATE INDEX executions_status_urgency ON executions (status, urgency);
+    DROP INDEX executions_status;
+
+    CREATE TABLE known (
+        object_class TEXT NOT NULL,
+        object_name TEXT NOT NULL,
+        sources INTEGER NOT NULL,
+        PRIMARY KEY (object_class, object_name)
+    ) WITHOUT ROWID;
+    INSERT INTO known SELECT object_class, object_name, 1 FROM objects WHERE true
+        ON CONFLICT DO UPDATE SET sources = sources | 1;
+    INSERT INTO known SELECT object_class, object_name, 2 FROM alarms WHERE true
+        ON CONFLICT DO UPDATE SET sources = sources | 2;
+    INSERT INTO known SELECT 'Execution', id, 4 FROM executions WHERE true
+        ON CONFLICT DO UPDATE SET sources = sources | 4;
+
+    CREATE TABLE counters (
+        kind TEXT NOT NULL,
+        name TEXT NOT NULL,
+        num INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (kind, name, num)
+    ) WITHOUT ROWID;
+    INSERT INTO counters VALUES ('alarms', 'pending', 0, 0), ('alarms', 'running', 0, 0),
+        ('alarms', 'retrying', 0, 0), ('alarms', 'dead', 0, 0);
+    INSERT INTO counters SELECT 'alarms', state, 0, count(*) FROM alarms GROUP BY state
+        ON CONFLICT DO UPDATE SET n = excluded.n;
+    INSERT INTO counters SELECT 'retries', object_class, retry_count, count(*) FROM alarms
+        WHERE retry_count > 0 AND state IN ('retrying', 'running')
+        GROUP BY object_class, retry_count;
+    INSERT INTO counters SELECT 'executions', status, 0, count(*) FROM executions
+        GROUP BY status;
+    INSERT INTO counters VALUES ('objects', 'stored', 0, (SELECT count(*) FROM objects)),
+        ('objects', 'known', 0, (SELECT count(*) FROM known));
+
+    CREATE TRIGGER objects_insert_counted AFTER INSERT ON objects BEGIN
+        UPDATE counters SET n = n + 1 WHERE kind = 'objects' AND name = 'stored' AND num = 0;
+        INSERT INTO known VALUES (NEW.object_class, NEW.object_name, 1)
+            ON CONFLICT DO UPDATE SET sources = sources | 1;
+    END;
+    CREATE TRIGGER known_insert_counted AFTER INSERT ON known BEGIN
+        UPDATE counters SET n = n + 1 WHERE kind = 'objects' AND name = 'known' AND num = 0;
+    END;
+    CREATE TRIGGER known_delete_counted AFTER DELETE ON known BEGIN
+        UPDATE counters SET n = n - 1 WHERE kind = 'objects' AND name = 'known' AND num = 0;
+    END;
+
+    CREATE TRIGGER executions_status_counted BEFORE INSERT ON executions
+        WHEN (SELECT status FROM executions WHERE id = NEW.id) IS NOT NEW.status BEGIN
+        UPDATE counters SET n = n - 1 WHERE kind = 'executions' AND num = 0
+            AND name = (SELECT status FROM executions WHERE id = NEW.id);
+        INSERT INTO counters VALUES ('executions', NEW.status, 0, 1)
+            ON CONFLICT DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER executions_known BEFORE INSERT ON executions
+        WHEN NOT EXISTS (SELECT 1 FROM executions WHERE id = NEW.id) BEGIN
+        INSERT INTO known VALUES ('Execution', NEW.id, 4)
+            ON CONFLICT DO UPDATE SET sources = sources | 4;
+    END;
+    """,
 ]
+
+def statements(script: str) -> list[str]:
+    """The statements of a script, each whole: a trigger's body holds semicolons of its
+    own, so pieces are joined until SQLite calls the statement complete."""
+    out, pending = [], ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending)
+            pending = ""
+    if pending.strip(" \n;"):
+        out.append(pending)
+    return out
+
 
 def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:
     """Bring `conn` up to date; it must be in autocommit mode (isolation_level=None)."""
@@ -215,7 +328,7 @@ def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:
     for number, script in enumerate(migrations[version:], start=version + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in filter(str.strip, script.split(";")):
+            for stmt in statements(script):
                 conn.execute(stmt)
             conn.execute("UPDATE _alarmtop_schema SET version = ?", (number,))
             conn.execute("COMMIT")

@@ -21,7 +21,9 @@ from alarmtop.core.durable.timers import (
     op_timers,
 )
 from alarmtop.core.errors import ChainBroken
+from alarmtop.core.storage import sqlite_reads as R
 from alarmtop.core.storage.interface import LogChain
+from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
@@ -162,21 +164,27 @@ class SqliteExecutionStore:
 
     async def list(self, status: str | None = None, limit: int = 100,
                    offset: int = 0) -> list[ExecutionRecord]:
-        def read(conn: sqlite3.Connection) -> list[ExecutionRecord]:
-            where, params = ("WHERE status = ?", [status]) if status else ("", [])
-            rows = conn.execute(
-                f"SELECT data FROM executions {where} ORDER BY CASE status "
-                "WHEN 'needs_human' THEN 0 WHEN 'failed' THEN 1 WHEN 'running' THEN 2 "
-                "WHEN 'suspended' THEN 3 ELSE 4 END, updated_ms DESC LIMIT ? OFFSET ?",
-                [*params, limit, offset]).fetchall()
-            return [ExecutionRecord.from_dict(json.loads(r[0])) for r in rows]
-        return await self._db.read(read)
+        """Executions most in need of a person first (see `page`), by offset."""
+        return await self.page(None, limit, offset=offset, status=status)
+
+    async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
+                   status: str | None = None, contains: str | None = None,
+                   desc: bool = False) -> builtins.list[ExecutionRecord]:
+        """On the read connection, by the urgency index (migrations.py: the counters)."""
+        rows = await self._db.read_only(lambda conn: R.execution_page(
+            conn, after, limit, offset=offset, status=status, contains=contains, desc=desc))
+        return [ExecutionRecord.from_dict(d) for d in rows]
+
+    async def count(self, status: str | None = None, contains: str | None = None) -> int:
+        if contains:
+            return await self._db.read_only(lambda conn: R.execution_count(conn, status,
+                                                                            contains))
+        counts = await self.counts()
+        return counts.get(status, 0) if status else sum(counts.values())
 
     async def counts(self) -> dict[str, int]:
-        def read(conn: sqlite3.Connection) -> dict[str, int]:
-            return dict(conn.execute(
-                "SELECT status, count(*) FROM executions GROUP BY status").fetchall())
-        return await self._db.read(read)
+        """From the counters the runtime database keeps with its writes: no scan."""
+        return dict(self._db.counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 
@@ -218,17 +226,14 @@ class SqliteExecutionStore:
         await self._db.submit(extra=write)
 
     async def audit_list(self, limit: int = 100, offset: int = 0) -> builtins.list[dict[str, Any]]:
-        def read(conn: sqlite3.Connection) -> builtins.list[dict[str, Any]]:
-            rows = conn.execute("SELECT seq, at_ms, actor, role, action, target, reason, ok, "
-                                "detail, node FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?",
-                                (limit, offset)).fetchall()
-            keys = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail",
-                    "node")
-            out = [dict(zip(keys, r, strict=True)) for r in rows]
-            for d in out:
-                d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
-            return out
-        return await self._db.read(read)
+        """The newest rows first, by offset (see `audit_page`)."""
+        return await self.audit_page(None, limit, offset=offset)
+
+    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
+                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
+        """On the read connection, by `seq` (the table's own key)."""
+        return await self._db.read_only(lambda conn: R.audit_page(
+            conn, after, limit, offset=offset, desc=desc))
 
 
 def _rows_write(rec_row: tuple[Any, ...] | None, op_rows: list[tuple[str, str, str]],

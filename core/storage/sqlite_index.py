@@ -7,6 +7,12 @@ alarm would cap firing at the fsync rate; a shared commit does not.
 The committer runs on the database thread itself and takes the queue from there:
 no task on the event loop relays between writers and the thread, so a lone writer
 (a sequential execution, one step after another) pays one thread hop each way.
+
+The counts an operator watches (alarms by state, retries, executions by status,
+objects) are kept in the transaction of each write (`sqlite_counts` for the alarm
+rows, the counters migration's triggers for the rest) and read back after each
+commit: `counters()` costs no I/O. Listings run on a second, read-only connection
+(`sqlite_reads`), never on this thread.
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ from urllib.parse import quote
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
+from alarmtop.core.storage import sqlite_counts as C
+from alarmtop.core.storage import sqlite_reads as R
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.files import create_private, make_dirs
+from alarmtop.core.storage.interface import Counts, ObjectEntry
+from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
 
 T = TypeVar("T")
@@ -35,11 +45,23 @@ _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "async
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
             "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count, "
             "paused_ms")
-# `due_ms` is written with every row (the record's `due_ms`): what the due index orders.
-_UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-_URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
-            "ELSE 3 END")
+# keys.alarm_urgency in SQL, over the row's columns (`{state}` and so on are the names
+# of its inputs): what the console's listing orders by.
+_URGENCY = ("(CASE {state} WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
+            "ELSE 3 END) * 1152921504606846976 "
+            "+ (16383 - min(max({retries}, 0), 16383)) * 70368744177664 "
+            "+ (CASE WHEN {next} IS NULL THEN 0 "
+            "ELSE min(max({next} + 35184372088832, 1), 70368744177663) END)")
+URGENCY_SQL = _URGENCY.format(state="state", retries="retry_count", next="next_attempt_ms")
+# `due_ms` is written with every row (the record's `due_ms`): what the due index orders;
+# `urgency` is computed by SQLite from the row's own parameters (?4 state, ?5 retry
+# count, ?6 next attempt): on the database thread without the GIL, where Python would
+# hold it for every row of every firing. No trigger watches the alarm rows (their counts
+# are the writer's, `sqlite_counts`), so a replace is safe, and it costs a little less
+# than an UPSERT of every column.
+_UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms, urgency) VALUES ("
+           + ", ".join(f"?{i}" for i in range(1, 17)) + ", "
+           + _URGENCY.format(state="?4", retries="?5", next="?6") + ")")
 MAX_BATCH = 20_000
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for a lock another connection holds
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
@@ -113,6 +135,12 @@ class SqliteAlarmIndex:
         self._lock = threading.Lock()
         self._queue: list[_Entry] = []
         self._draining = False
+        # The counters table as of the last commit (replaced whole by the database
+        # thread after each one), and its parse (made on demand, on the loop).
+        self._counter_rows: list[tuple[Any, ...]] = []
+        self._parsed: tuple[list[tuple[Any, ...]], Counts] | None = None
+        self._reader = R.ReadConnection(path, busy_timeout_s, self._error)
+        self._states = C.StateCache()  # on the database thread only
 
     async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
@@ -154,6 +182,7 @@ class SqliteAlarmIndex:
                         "SqliteBackend(data_dir, on_corrupt_index='quarantine') to move it "
                         "aside, salvage what is readable and carry on", str(self.path))
             migrate(conn, RUNTIME_MIGRATIONS)
+            self._counter_rows = R.read_counters(conn)
         except (sqlite3.DatabaseError, StorageError) as exc:
             if conn is not None:
                 conn.close()
@@ -176,8 +205,8 @@ class SqliteAlarmIndex:
             for table in SALVAGE_TABLES:
                 rows: list[tuple[Any, ...]] = []
                 try:
-                    cur = old.execute(f"SELECT * FROM {table}")
-                    columns = [d[0] for d in cur.description]
+                    columns = self._salvaged_columns(old, table)
+                    cur = old.execute(f"SELECT {', '.join(columns)} FROM {table}")
                     for row in cur:  # keep what was read before a damaged page
                         rows.append(tuple(row))
                 except sqlite3.Error as exc:
@@ -197,9 +226,31 @@ class SqliteAlarmIndex:
                     out[f"{table}_error"] = str(exc)
                     rows = []
                 out[table] = len(rows)
+            # Rows from a file older than the urgency column came without it, and the
+            # alarm rows were copied in behind the counters: count them again.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(f"UPDATE alarms SET urgency = {URGENCY_SQL}")
+                C.rebuild(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._states.clear()
+            self._counter_rows = R.read_counters(conn)
         finally:
             old.close()
         return out
+
+    def _salvaged_columns(self, old: sqlite3.Connection, table: str) -> list[str]:
+        """The columns of `table` in the damaged file that this one can take: a column
+        this file computes itself (generated) or does not have is left out."""
+        have = [d[0] for d in old.execute(f"SELECT * FROM {table} LIMIT 0").description]
+        # table_xinfo's `hidden`: 0 a column, 2 and 3 generated (virtual, stored).
+        writable = {r[1] for r in self.conn.execute(f"PRAGMA table_xinfo({table})")
+                    if r[6] == 0}
+        return [c for c in have if c in writable]
 
     async def salvage_from(self, source: Path) -> dict[str, Any]:
         """Salvage the readable rows of a quarantined runtime database into this one
@@ -209,6 +260,7 @@ class SqliteAlarmIndex:
     async def open(self) -> None:
         await asyncio.to_thread(make_dirs, self.path.parent)
         await self._run(self._connect)
+        await self._reader.open()
         self._loop = asyncio.get_running_loop()
 
     async def close(self) -> None:
@@ -221,6 +273,7 @@ class SqliteAlarmIndex:
             if not fut.done():
                 fut.set_exception(StorageError("the runtime database was closed before this "
                                                "write was made", str(self.path)))
+        await self._reader.close()
         if self._conn is not None:
             await self._run(self._conn.close)
             self._conn = None
@@ -328,6 +381,9 @@ class SqliteAlarmIndex:
             FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         conn.execute("BEGIN IMMEDIATE")
         try:
+            new = C.new_states(final)
+            if final:
+                C.write_tally(conn, *C.tally(self._states.old_states(conn, final), new))
             dels = [k for k, v in final.items() if v is None]
             if dels:
                 conn.executemany(
@@ -338,6 +394,10 @@ class SqliteAlarmIndex:
             for fn in extras:
                 fn(conn)
             conn.execute("COMMIT")
+            self._states.committed(new)
+            # Read back what the triggers counted (a page of a few dozen rows): readers
+            # of `counters()` then see every write whose future has completed.
+            self._counter_rows = R.read_counters(conn)
         except BaseException:
             # A failed COMMIT (disk full) may already have rolled back: a second
             # ROLLBACK would replace the real error with "no transaction is active".
@@ -383,47 +443,62 @@ class SqliteAlarmIndex:
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
-        where, params = self._filters(state, contains)
-        return await self._run(self._query, f"SELECT {_COLUMNS} FROM alarms {where} ORDER BY "
-                               f"{_URGENCY}, retry_count DESC, next_attempt_ms, object_class, "
-                               "object_name LIMIT ? OFFSET ?", (*params, limit, offset))
+        return await self.alarm_page(None, limit, offset=offset, state=state,
+                                     contains=contains)
+
+    async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
+                         offset: int = 0, state: str | None = None,
+                         contains: str | None = None, order: str = "urgency",
+                         desc: bool = False) -> list[AlarmRecord]:
+        rows = await self._reader.run(lambda conn: R.alarm_page(
+            conn, _COLUMNS, after, limit, offset=offset, state=state, contains=contains,
+            order=order, desc=desc))
+        return [_from_row(r) for r in rows]
 
     async def count(self, state: str | None = None, contains: str | None = None) -> int:
-        where, params = self._filters(state, contains)
-        rows = await self._run(lambda: self.conn.execute(
-            f"SELECT count(*) FROM alarms {where}", params).fetchall())
-        return int(rows[0][0])
-
-    @staticmethod
-    def _filters(state: str | None, contains: str | None) -> tuple[str, list[Any]]:
-        terms, params = [], []
-        if state:
-            terms.append("state = ?")
-            params.append(state)
         if contains:
-            # instr() rather than LIKE: '%' and '_' in a filter are plain characters.
-            terms.append("instr(object_class || '/' || object_name, ?) > 0")
-            params.append(contains)
-        return ("WHERE " + " AND ".join(terms) if terms else ""), params
+            return await self._reader.run(lambda conn: R.alarm_count(conn, state, contains))
+        alarms = self.counters().alarms
+        return alarms.get(state, 0) if state else sum(alarms.values())
 
-    def _counts(self) -> dict[str, int]:
-        rows = self.conn.execute("SELECT state, count(*) FROM alarms GROUP BY state").fetchall()
-        counts = {s.value: 0 for s in AlarmState}
-        counts.update({state: n for state, n in rows})
-        return counts
+    def counters(self) -> Counts:
+        rows, parsed = self._counter_rows, self._parsed
+        if parsed is None or parsed[0] is not rows:
+            parsed = self._parsed = (rows, R.parse_counters(rows))
+        return parsed[1]
+
+    async def recount(self) -> Counts:
+        return await self._reader.run(R.recount)
 
     async def counts(self) -> dict[str, int]:
-        return await self._run(self._counts)
+        counts = {s.value: 0 for s in AlarmState}
+        counts.update(self.counters().alarms)
+        return counts
 
     async def retry_counts(self) -> list[tuple[str, int, int]]:
         """(class, retry count, how many) over alarms retrying or running a retry."""
-        def read(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
-            rows = conn.execute(
-                "SELECT object_class, retry_count, count(*) FROM alarms WHERE state IN "
-                "('retrying', 'running') AND retry_count > 0 GROUP BY object_class, "
-                "retry_count").fetchall()
-            return [(c, int(r), int(n)) for c, r, n in rows]
-        return await self.read(read)
+        return [(cls, retries, n) for (cls, retries), n in self.counters().retries.items()]
+
+    async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
+                          offset: int = 0, contains: str | None = None,
+                          desc: bool = False) -> list[ObjectEntry]:
+        return await self._reader.run(lambda conn: R.object_page(
+            conn, after, limit, offset=offset, contains=contains, desc=desc))
+
+    async def count_known(self, contains: str | None = None) -> int:
+        if contains:
+            return await self._reader.run(lambda conn: R.known_count(conn, contains))
+        return self.counters().known
+
+    async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
+        keys = list(keys)
+        if not keys:
+            return set()
+        return await self._reader.run(lambda conn: R.known_among(conn, keys))
+
+    async def read_only(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a listing on the read connection (never the writer's thread)."""
+        return await self._reader.run(fn)
 
     # -- objects that have a database -----------------------------------------------------
 
@@ -447,9 +522,7 @@ class SqliteAlarmIndex:
         return await self.read(read)
 
     async def count_objects(self) -> int:
-        def read(conn: sqlite3.Connection) -> int:
-            return int(conn.execute("SELECT count(*) FROM objects").fetchone()[0])
-        return await self.read(read)
+        return self.counters().stored
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:
@@ -462,7 +535,7 @@ class SqliteAlarmIndex:
                                 "ORDER BY object_class, object_name LIMIT ? OFFSET ?",
                                 (*params, limit, offset)).fetchall()
             return [(r[0], r[1]) for r in rows]
-        return await self.read(read)
+        return await self.read_only(read)
 
     # -- one-off upgrades of data written by older versions --------------------------------
 
@@ -482,6 +555,7 @@ class SqliteAlarmIndex:
                 conn.execute("UPDATE upgrades SET at_ms = ? WHERE name = ?",
                              (time.time_ns() // 1_000_000, name))
                 conn.execute("COMMIT")
+                self._counter_rows = R.read_counters(conn)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

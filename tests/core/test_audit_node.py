@@ -11,6 +11,7 @@ import pytest
 from alarmtop.core import PostgresBackend, Runtime
 from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS
 from tests.conftest import RuntimeFactory
+from tests.sqlite_versions import as_version, migration_adding
 
 
 def node_of(rt: Runtime) -> str:
@@ -46,20 +47,12 @@ async def test_on_sqlite_the_node_is_host_pid_unless_named(
 @pytest.mark.sqlite_only
 async def test_rows_from_before_the_node_column_are_kept_without_a_node(
         make_runtime: RuntimeFactory, data_dir: Path) -> None:
-    """A data dir one migration behind: its audit rows survive, their node unknown
+    """A data dir from before the node column: its audit rows survive, their node unknown
     (NULL); rows written after the upgrade have this runtime's node."""
     rt = await make_runtime()
     await rt.audit.record("127.0.0.1:1", "rearm", "C/old", None, role="operator")
     await rt.stop()
-    conn = sqlite3.connect(data_dir / "runtime.sqlite")
-    # Back to before the node column: it and the later migrations' tables go.
-    node_at = next(i for i, m in enumerate(RUNTIME_MIGRATIONS)
-                   if "ALTER TABLE audit ADD COLUMN node" in m)
-    conn.executescript("ALTER TABLE audit DROP COLUMN node; "
-                       "DROP INDEX alarms_paused; ALTER TABLE alarms DROP COLUMN paused_ms; "
-                       "DROP TABLE bulk_batches; DROP TABLE bulk_items; "
-                       f"UPDATE _alarmtop_schema SET version = {node_at};")
-    conn.close()
+    as_version(data_dir / "runtime.sqlite", migration_adding("ALTER TABLE audit ADD COLUMN node"))
     rt2 = await make_runtime()
     await rt2.audit.record("127.0.0.1:1", "rearm", "C/new", None, role="operator")
     new, old = await rt2.audit.list()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,8 @@ from alarmtop.core.durable import (
     durable_execution,
 )
 from alarmtop.core.durable.config import JitterStrategy
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS
 from tests.conftest import RuntimeFactory
+from tests.sqlite_versions import as_version, migration_adding
 
 RETRY = StepConfig(retry_strategy=create_retry_strategy(RetryStrategyConfig(
     max_attempts=10, initial_delay=Duration(7), jitter_strategy=JitterStrategy.NONE)))
@@ -95,10 +94,6 @@ async def test_bad_pages_are_refused(make_runtime: RuntimeFactory) -> None:
         await rt.executions.timers(after=[1, 2])
 
 
-# The schema version before the migration that added the timers table.
-BEFORE_TIMERS = next(i for i, m in enumerate(RUNTIME_MIGRATIONS) if "execution_timers" in m)
-
-
 @pytest.mark.sqlite_only  # the SQLite schema's own migration
 async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
         make_runtime: RuntimeFactory, clock: VirtualClock, data_dir: Path) -> None:
@@ -110,13 +105,7 @@ async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
     await clock.advance(1)
     before = await rt.executions.timers()
     await rt.stop()
-    conn = sqlite3.connect(data_dir / "runtime.sqlite")
-    conn.executescript("DROP TABLE execution_timers; DROP TABLE execution_marks; "
-                       "ALTER TABLE audit DROP COLUMN node; "  # later migrations'
-                       "DROP INDEX alarms_paused; ALTER TABLE alarms DROP COLUMN paused_ms; "
-                       "DROP TABLE bulk_batches; DROP TABLE bulk_items; "
-                       f"UPDATE _alarmtop_schema SET version = {BEFORE_TIMERS};")
-    conn.close()
+    as_version(data_dir / "runtime.sqlite", migration_adding("execution_timers"))
     rt2 = await make_runtime()
     rt2.register_execution(many)
     assert await rt2.executions.timers() == before and len(before) == 6

@@ -195,10 +195,11 @@ async def test_a_query_past_its_deadline_is_answered_as_failed(
     c = await client(server.url, VIEWER)
     hang = asyncio.Event()
 
-    async def stuck_counts(*args: Any) -> Any:
+    async def stuck_page(*args: Any, **kwargs: Any) -> Any:
         await hang.wait()
 
-    monkeypatch.setattr(rt.executions, "counts", stuck_counts)
+    # (its counts are the counters, read without waiting: the page is what waits)
+    monkeypatch.setattr(rt, "execution_page", stuck_page)
     res = await c.request("executions")
     assert res["ok"] is False
     assert res["error"] == (f"executions: no answer within the {DEADLINE_S:g} s deadline; "

@@ -8,12 +8,15 @@ import pytest
 
 from alarmtop.server.listing import (
     MAX_SCAN,
+    CountCache,
     ListingError,
     alarm_urgency,
     check_scan,
     check_sort,
     contains,
     is_default,
+    keyed_order,
+    resident_in_page,
     sort_rows,
     window,
 )
@@ -95,3 +98,35 @@ def test_contains_and_window() -> None:
     assert contains(None, "x") and contains("", None)
     assert contains("ten", None, "LeaseLedger/tenant-7") and not contains("Ten", "tenant")
     assert window([1, 2, 3, 4, 5], 1, 2) == [2, 3] and window([1], 5, 2) == []
+
+
+# -- keyed listings: which sorts an index serves, totals kept a moment, residents merged --
+
+
+def test_the_keyed_orders_are_the_default_ones_and_by_object() -> None:
+    assert keyed_order("alarms", "state") == "urgency"
+    assert keyed_order("alarms", "object") == "object"
+    assert keyed_order("alarms", "due") is None
+    assert keyed_order("audit", "when") == "seq" and keyed_order("faults", "id") is None
+
+
+def test_a_walked_total_is_reused_while_nothing_changed_or_for_a_moment() -> None:
+    cache = CountCache(max_age_s=2.0, cheap=100)
+    v1, v2 = object(), object()
+    assert cache.get(("alarms", "x"), v1, 1000, 0.0) is None
+    cache.put(("alarms", "x"), v1, 0.0, 7)
+    assert cache.get(("alarms", "x"), v1, 1000, 60.0) == 7  # nothing committed since
+    assert cache.get(("alarms", "x"), v2, 1000, 1.5) == 7  # changed, but a moment ago
+    assert cache.get(("alarms", "x"), v2, 1000, 2.5) is None
+    assert cache.get(("alarms", "x"), v1, 50, 0.0) is None  # small: always counted
+
+
+def test_resident_objects_join_the_page_they_fall_on() -> None:
+    page = [("Q", "b"), ("Q", "d")]
+    residents = [("A", "z"), ("Q", "c"), ("Q", "e"), ("Q", "d")]
+    assert resident_in_page(page, residents, None, 2, False) == [("A", "z"), ("Q", "c")]
+    assert resident_in_page(page, residents, ("Q", "a"), 2, False) == [("Q", "c")]
+    assert resident_in_page(page, residents, ("Q", "a"), 5, False) == [("Q", "c"), ("Q", "e")]
+    down = [("Q", "d"), ("Q", "b")]
+    assert resident_in_page(down, residents, ("Q", "z"), 2, True) == [("Q", "c"), ("Q", "e")]
+    assert resident_in_page(down, residents, ("Q", "dd"), 2, True) == [("Q", "c")]

@@ -55,13 +55,13 @@ DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit", "node
 
 # A valid value, and values of the wrong type, for each declared field type.
 GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True,
-                        "any": {"k": 1}, "list": ["a", 1], "dict": {"kind": "alarms"}}
+                        "any": {"k": 1}, "list": [5, "Flaky", "a"], "dict": {"kind": "alarms"}}
 BAD: dict[str, list[Any]] = {
     "str": [5, True, ["x"], {"s": 1}],
     "int": ["5", True, False, 1.5, [1]],
     "number": ["1.5", True, [1.0]],
     "bool": [1, 0, "true"],
-    "list": ["a", 5, {"k": 1}],
+    "list": ["x", 5, True, {"a": 1}],
     "dict": ["a", 5, ["k"]],
 }
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from alarmtop.tui.paging import Answer, ListQuery, PageCache, Pager, RefreshGate
+from alarmtop.tui.paging import Answer, Bookmarks, ListQuery, PageCache, Pager, RefreshGate
 
 QUERY = ListQuery("alarms", fixed=(("state", "pending"),))
 
@@ -180,3 +180,39 @@ def test_a_key_does_not_wait_for_the_gap() -> None:
     gate.finished()
     gate.ask(urgent=True)
     assert gate.wait(10.05) == 0
+
+
+# -- bookmarks: positions to the server's cursors ---------------------------------------------
+
+
+def test_bookmarks_keep_every_tenth_cursor_and_the_end_of_an_answer() -> None:
+    marks = Bookmarks()
+    assert marks.nearest(500) == (0, None, None)  # nothing known: from the start
+    marks.learn(100, [[i] for i in range(100, 135)], total=350)
+    assert len(marks) == 4  # 110, 120, 130 and the answer's end, 135
+    assert marks.nearest(120) == (120, [119], 350)  # the page at 120 starts after row 119
+    assert marks.nearest(129) == (120, [119], 350)
+    assert marks.nearest(500) == (135, [134], 350)
+    assert marks.nearest(99) == (0, None, None)
+    marks.learn(100, [[i] for i in range(100, 121)], total=351)
+    assert marks.nearest(120) == (120, [119], 351)  # learnt again: the newer total
+
+
+def test_bookmarks_are_bounded_keeping_those_near_the_last_answer() -> None:
+    marks = Bookmarks(limit=12)
+    for start in range(0, 1000, 100):
+        marks.learn(start, [[i] for i in range(start, start + 100)], total=10_000)
+    assert len(marks) == 12
+    assert [marks.nearest(p)[0] for p in (1000, 940, 905, 890, 885)] == [
+        1000, 940, 900, 890, 0]  # the last answer's span (900-1000), then the nearest
+    marks.learn(0, [[i] for i in range(0, 100)], total=10_000)  # back at the top
+    assert marks.nearest(95)[0] == 90 and marks.nearest(999)[0] < 1000
+
+
+def test_an_approximate_answer_shows_as_approximate() -> None:
+    pager = Pager(QUERY, size=100)
+    asked = pager.request(wide=False)
+    pager.land(asked, Answer(rows(0, 100), 1_000_000, approximate=True), now=0.0)
+    assert pager.shown.approximate
+    pager.land(asked, Answer(rows(0, 100), 1_000_000), now=1.0)
+    assert not pager.shown.approximate

@@ -63,6 +63,14 @@ def shard_of(key: ObjectKey, shards: int) -> int:
     return int.from_bytes(digest, "big") % shards
 
 
+def counter_slot(node_id: str) -> int:
+    """The slot of the counters a node adds to: a stable hash of its id, below 1,024 so
+    the table stays small however many nodes have come and gone (two nodes that share
+    a slot only wait for each other's commits on it)."""
+    digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 1024
+
+
 def _asyncpg() -> Any:
     try:
         import asyncpg
@@ -141,7 +149,10 @@ class PostgresBackend:
         return self._pool
 
     async def _connect(self) -> PgConn:
-        conn: PgConn = await _asyncpg().connect(self.dsn)
+        """The committer's connection. Its writes add to this node's slot of each
+        counter (schema.py: the counters migration): nodes never wait for one another's."""
+        conn: PgConn = await _asyncpg().connect(
+            self.dsn, server_settings={"alarmtop.slot": str(counter_slot(self.node_id))})
         return conn
 
     async def open(self) -> None:

@@ -22,6 +22,8 @@ from alarmtop.core.durable.timers import (
 )
 from alarmtop.core.errors import ChainBroken
 from alarmtop.core.storage.interface import LogChain
+from alarmtop.core.storage.keys import Cursor
+from alarmtop.core.storage.postgres import reads as R
 from alarmtop.core.storage.postgres.index import PgAlarmIndex, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -268,18 +270,28 @@ class PgExecutionStore:
 
     async def list(self, status: str | None = None, limit: int = 100,
                    offset: int = 0) -> builtins.list[ExecutionRecord]:
-        where, params = ("WHERE status = $3", [status]) if status else ("", [])
-        rows = await self._db._fetch(
-            f"SELECT data FROM {SCHEMA}.executions {where} ORDER BY CASE status "
-            "WHEN 'needs_human' THEN 0 WHEN 'failed' THEN 1 WHEN 'running' THEN 2 "
-            "WHEN 'suspended' THEN 3 ELSE 4 END, updated_ms DESC LIMIT $1 OFFSET $2",
-            limit, offset, *params)
-        return [ExecutionRecord.from_dict(json.loads(r[0])) for r in rows]
+        """Executions most in need of a person first (see `page`), by offset."""
+        return await self.page(None, limit, offset=offset, status=status)
+
+    async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
+                   status: str | None = None, contains: str | None = None,
+                   desc: bool = False) -> builtins.list[ExecutionRecord]:
+        """By the urgency index (schema.py: the counters migration), on a pooled connection."""
+        sql, params = R.execution_page(after, limit, offset=offset, status=status,
+                                       contains=contains, desc=desc)
+        return [ExecutionRecord.from_dict(json.loads(r[0]))
+                for r in await self._db._fetch(sql, *params)]
+
+    async def count(self, status: str | None = None, contains: str | None = None) -> int:
+        if contains:
+            sql, params = R.execution_count(status, contains)
+            return int((await self._db._fetch(sql, *params))[0][0])
+        counts = await self.counts()
+        return counts.get(status, 0) if status else sum(counts.values())
 
     async def counts(self) -> dict[str, int]:
-        rows = await self._db._fetch(f"SELECT status, count(*) FROM {SCHEMA}.executions "
-                                     "GROUP BY status")
-        return {r[0]: int(r[1]) for r in rows}
+        """From the counters kept with the writes: no scan."""
+        return dict(self._db.counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 
@@ -320,12 +332,15 @@ class PgExecutionStore:
 
     async def audit_list(self, limit: int = 100,
                          offset: int = 0) -> builtins.list[dict[str, Any]]:
-        rows = await self._db._fetch(
-            f"SELECT seq, at_ms, actor, role, action, target, reason, ok, detail, node FROM "
-            f"{SCHEMA}.audit ORDER BY seq DESC LIMIT $1 OFFSET $2", limit, offset)
-        keys = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail",
-                "node")
-        out = [dict(zip(keys, r, strict=True)) for r in rows]
+        """The newest rows first, by offset (see `audit_page`)."""
+        return await self.audit_page(None, limit, offset=offset)
+
+    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
+                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
+        """By `seq` (the table's own key)."""
+        sql, params = R.audit_page(after, limit, offset=offset, desc=desc)
+        out = [dict(zip(R.AUDIT_COLUMNS, r, strict=True))
+               for r in await self._db._fetch(sql, *params)]
         for d in out:
             d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
         return out

@@ -5,6 +5,10 @@ everything queued in one transaction (one WAL flush), then tells each writer. Th
 committer is a task on the event loop with a connection of its own; reads take
 connections from the pool. Every batch is fenced: it commits only while this node
 still holds the lease of each shard it writes (`fence`), in the same transaction.
+
+The counts an operator watches are kept by triggers in the transaction of each
+write (schema.py: the counters migration) and read back by the committer after each batch, and
+every second while it is idle (other nodes write too): `counters()` costs no I/O.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import LeaseLost, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.interface import Counts, ObjectEntry
+from alarmtop.core.storage.keys import Cursor
+from alarmtop.core.storage.postgres import reads as R
 from alarmtop.core.storage.postgres.failures import storage_error
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -35,6 +42,7 @@ log = logging.getLogger("alarmtop.storage")
 PgWrite = Callable[["PgConn"], Awaitable[None]]
 _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], PgWrite | None, "asyncio.Future[None]"]
 MAX_BATCH = 5_000
+COUNTERS_IDLE_S = 1.0  # how often an idle committer reads the counters other nodes change
 
 COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
            "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count, "
@@ -44,8 +52,6 @@ _UPSERT = (f"INSERT INTO {SCHEMA}.alarms ({COLUMNS}, due_ms, shard) VALUES "
            "ON CONFLICT (object_class, object_name) DO UPDATE SET "
            + ", ".join(f"{c} = EXCLUDED.{c}" for c in
                        [*COLUMNS.split(", ")[2:], "due_ms", "shard"]))
-_URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
-            "ELSE 3 END")
 
 
 def to_row(rec: AlarmRecord, shard: int) -> tuple[Any, ...]:
@@ -82,6 +88,7 @@ class PgAlarmIndex:
         self._queue: list[_Entry] = []
         self._wake = asyncio.Event()
         self._committer: asyncio.Task[None] | None = None
+        self._counts = Counts(dict.fromkeys((s.value for s in AlarmState), 0))
         self.path = "postgresql"
 
     @property
@@ -90,6 +97,7 @@ class PgAlarmIndex:
 
     async def open(self) -> None:
         self._conn = await self._connect()
+        self._counts = R.parse_counters(await self._conn.fetch(R.COUNTERS_SQL))
         self._committer = asyncio.get_running_loop().create_task(self._commit_loop(),
                                                                  name="pg-committer")
 
@@ -128,11 +136,19 @@ class PgAlarmIndex:
 
     async def _commit_loop(self) -> None:
         while True:
-            await self._wake.wait()
+            try:
+                await asyncio.wait_for(self._wake.wait(), COUNTERS_IDLE_S)
+            except TimeoutError:
+                await self._read_counters()
+                continue
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 outcome = await self._commit(batch)
+                if outcome is None or None in outcome:
+                    # Before the writers are told: `counters()` then counts every write
+                    # whose future has completed.
+                    await self._read_counters()
                 for i, (*_, fut) in enumerate(batch):
                     if fut.done():
                         continue
@@ -177,6 +193,20 @@ class PgAlarmIndex:
             else:
                 outcome.append(None)
         return outcome
+
+    async def _read_counters(self) -> None:
+        """The counters as committed, on the committer's connection (one small query:
+        a row per count and node slot). A failure keeps the last ones: the next batch
+        reads them again."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            self._counts = R.parse_counters(await conn.fetch(R.COUNTERS_SQL))
+        except Exception as exc:
+            log.warning("cannot read the counters from PostgreSQL yet: %s", exc)
+            if _connection_lost(exc) or isinstance(exc, (TimeoutError, OSError)):
+                await self._reconnect()
 
     async def _reconnect(self) -> None:
         old, self._conn = self._conn, None
@@ -285,29 +315,66 @@ class PgAlarmIndex:
 
     async def page(self, limit: int, offset: int = 0, state: str | None = None,
                    contains: str | None = None) -> list[AlarmRecord]:
-        where, params = _filters(state, contains)
-        n = len(params)
-        return [from_row(r) for r in await self._fetch(
-            f"SELECT {COLUMNS} FROM {SCHEMA}.alarms {where} ORDER BY {_URGENCY}, "
-            f"retry_count DESC, next_attempt_ms, object_class, object_name "
-            f"LIMIT ${n + 1} OFFSET ${n + 2}", *params, _limit(limit), offset)]
+        return await self.alarm_page(None, limit, offset=offset, state=state,
+                                     contains=contains)
+
+    async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
+                         offset: int = 0, state: str | None = None,
+                         contains: str | None = None, order: str = "urgency",
+                         desc: bool = False) -> list[AlarmRecord]:
+        sql, params = R.alarm_page(COLUMNS, after, limit, offset=offset, state=state,
+                                   contains=contains, order=order, desc=desc)
+        return [from_row(r) for r in await self._fetch(sql, *params)]
 
     async def count(self, state: str | None = None, contains: str | None = None) -> int:
-        where, params = _filters(state, contains)
-        rows = await self._fetch(f"SELECT count(*) FROM {SCHEMA}.alarms {where}", *params)
-        return int(rows[0][0])
+        if contains:
+            sql, params = R.alarm_count(state, contains)
+            return int((await self._fetch(sql, *params))[0][0])
+        alarms = self.counters().alarms
+        return alarms.get(state, 0) if state else sum(alarms.values())
+
+    def counters(self) -> Counts:
+        return self._counts
+
+    async def recount(self) -> Counts:
+        async def read(conn: PgConn) -> Counts:
+            q = R.RECOUNT
+            alarms = dict.fromkeys((s.value for s in AlarmState), 0)
+            alarms.update({r[0]: int(r[1]) for r in await conn.fetch(q["alarms"])})
+            retries = {(r[0], int(r[1])): int(r[2]) for r in await conn.fetch(q["retries"])}
+            executions = {r[0]: int(r[1]) for r in await conn.fetch(q["executions"])}
+            return Counts(alarms, retries, executions, int(await conn.fetchval(q["stored"])),
+                          int(await conn.fetchval(q["known"])))
+        return await self.read(read)
 
     async def counts(self) -> dict[str, int]:
-        rows = await self._fetch(f"SELECT state, count(*) FROM {SCHEMA}.alarms GROUP BY state")
         counts = {s.value: 0 for s in AlarmState}
-        counts.update({r[0]: int(r[1]) for r in rows})
+        counts.update(self.counters().alarms)
         return counts
 
     async def retry_counts(self) -> list[tuple[str, int, int]]:
-        rows = await self._fetch(
-            f"SELECT object_class, retry_count, count(*) FROM {SCHEMA}.alarms WHERE state IN "
-            "('retrying', 'running') AND retry_count > 0 GROUP BY object_class, retry_count")
-        return [(r[0], int(r[1]), int(r[2])) for r in rows]
+        return [(cls, retries, n) for (cls, retries), n in self.counters().retries.items()]
+
+    async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
+                          offset: int = 0, contains: str | None = None,
+                          desc: bool = False) -> list[ObjectEntry]:
+        sql, params = R.object_page(after, limit, offset=offset, contains=contains, desc=desc)
+        return [ObjectEntry(r[0], r[1], bool(r[2] & 1), bool(r[2] & 4), r[3],
+                            None if r[3] == "dead" else r[4])
+                for r in await self._fetch(sql, *params)]
+
+    async def count_known(self, contains: str | None = None) -> int:
+        if contains:
+            sql, params = R.known_count(contains)
+            return int((await self._fetch(sql, *params))[0][0])
+        return self.counters().known
+
+    async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
+        keys = list(keys)
+        if not keys:
+            return set()
+        rows = await self._fetch(R.KNOWN_AMONG, [k[0] for k in keys], [k[1] for k in keys])
+        return {(r[0], r[1]) for r in rows}
 
     # -- objects that have storage --------------------------------------------------------
 
@@ -324,8 +391,7 @@ class PgAlarmIndex:
         return sorted(r[0] for r in rows)
 
     async def count_objects(self) -> int:
-        rows = await self._fetch(f"SELECT count(*) FROM {SCHEMA}.objects")
-        return int(rows[0][0])
+        return self.counters().stored
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:
@@ -341,18 +407,6 @@ class PgAlarmIndex:
 
 def _limit(limit: int) -> int | None:
     return None if limit < 0 else limit
-
-
-def _filters(state: str | None, contains: str | None) -> tuple[str, list[Any]]:
-    terms, params = [], []
-    if state:
-        params.append(state)
-        terms.append(f"state = ${len(params)}")
-    if contains:
-        params.append(contains)
-        # strpos rather than LIKE: '%' and '_' in a filter are plain characters.
-        terms.append(f"strpos(object_class || '/' || object_name, ${len(params)}) > 0")
-    return ("WHERE " + " AND ".join(terms) if terms else ""), params
 
 
 def _refused(entry: _Entry) -> None:

@@ -192,8 +192,185 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX bulk_items_status ON {SCHEMA}.bulk_items (batch_id, status, seq);
     """,
+    # Listings served by indexes, counts kept with the writes (as on SQLite; the sort
+    # keys are core/storage/keys.py's, here generated columns over the rows).
+    #
+    # The names are compared byte by byte ("C"), as SQLite and Python compare them: a
+    # page's cursor and the console's merge of it with what it holds mean one order.
+    #
+    # `counters` holds the counts the header and /metrics show, changed by triggers in
+    # the transaction of the write: exact after any crash, and seen by every node.
+    # Each count is split by `slot` and summed when read: a write adds to the slot of
+    # the connection that makes it (`alarmtop.slot`, set by each node's committer
+    # from its node id), so nodes never wait for each other's counter rows, nor
+    # deadlock on them.
+    #
+    # `known` is every object with a database, an alarm row or an execution, with where
+    # it is known from (`sources`: 1 a database, 2 an alarm row, 4 an execution).
+    f"""
+    ALTER TABLE {SCHEMA}.alarms ALTER COLUMN object_class TYPE TEXT COLLATE "C",
+        ALTER COLUMN object_name TYPE TEXT COLLATE "C";
+    ALTER TABLE {SCHEMA}.objects ALTER COLUMN object_class TYPE TEXT COLLATE "C",
+        ALTER COLUMN object_name TYPE TEXT COLLATE "C";
+    ALTER TABLE {SCHEMA}.executions ALTER COLUMN id TYPE TEXT COLLATE "C",
+        ALTER COLUMN name TYPE TEXT COLLATE "C";
+    ALTER TABLE {SCHEMA}.alarms ADD COLUMN urgency BIGINT GENERATED ALWAYS AS (
+        (CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2
+         ELSE 3 END)::BIGINT * 1152921504606846976
+        + (16383 - least(greatest(retry_count, 0), 16383))::BIGINT * 70368744177664
+        + (CASE WHEN next_attempt_ms IS NULL THEN 0
+           ELSE least(greatest(next_attempt_ms + 35184372088832, 1), 70368744177663) END)
+    ) STORED;
+    CREATE INDEX alarms_urgency ON {SCHEMA}.alarms (urgency, object_class, object_name);
+    DROP INDEX {SCHEMA}.alarms_state;
+    CREATE INDEX alarms_state ON {SCHEMA}.alarms (state, object_class, object_name);
+    ALTER TABLE {SCHEMA}.executions ADD COLUMN urgency BIGINT GENERATED ALWAYS AS (
+        (CASE status WHEN 'needs_human' THEN 0 WHEN 'failed' THEN 1 WHEN 'running' THEN 2
+         WHEN 'suspended' THEN 3 ELSE 4 END)::BIGINT * 1152921504606846976
+        + (70368744177663 - least(greatest(updated_ms + 35184372088832, 1), 70368744177663))
+    ) STORED;
+    DROP INDEX {SCHEMA}.executions_status;
+    CREATE INDEX executions_urgency ON {SCHEMA}.executions (urgency, id);
+    CREATE INDEX executions_status_urgency ON {SCHEMA}.executions (status, urgency, id);
+
+    CREATE TABLE {SCHEMA}.known (
+        object_class TEXT COLLATE "C" NOT NULL,
+        object_name TEXT COLLATE "C" NOT NULL,
+        sources INTEGER NOT NULL,
+        PRIMARY KEY (object_class, object_name)
+    );
+    INSERT INTO {SCHEMA}.known SELECT object_class, object_name, 1 FROM {SCHEMA}.objects
+        ON CONFLICT (object_class, object_name) DO UPDATE
+        SET sources = {SCHEMA}.known.sources | EXCLUDED.sources;
+    INSERT INTO {SCHEMA}.known SELECT object_class, object_name, 2 FROM {SCHEMA}.alarms
+        ON CONFLICT (object_class, object_name) DO UPDATE
+        SET sources = {SCHEMA}.known.sources | EXCLUDED.sources;
+    INSERT INTO {SCHEMA}.known SELECT 'Execution', id, 4 FROM {SCHEMA}.executions
+        ON CONFLICT (object_class, object_name) DO UPDATE
+        SET sources = {SCHEMA}.known.sources | EXCLUDED.sources;
+
+    CREATE TABLE {SCHEMA}.counters (
+        kind TEXT COLLATE "C" NOT NULL,
+        name TEXT COLLATE "C" NOT NULL,
+        num INTEGER NOT NULL,
+        slot INTEGER NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (kind, name, num, slot)
+    );
+    INSERT INTO {SCHEMA}.counters SELECT 'alarms', state, 0, 0, count(*)
+        FROM {SCHEMA}.alarms GROUP BY state;
+    INSERT INTO {SCHEMA}.counters SELECT 'retries', object_class, retry_count, 0, count(*)
+        FROM {SCHEMA}.alarms WHERE retry_count > 0 AND state IN ('retrying', 'running')
+        GROUP BY object_class, retry_count;
+    INSERT INTO {SCHEMA}.counters SELECT 'executions', status, 0, 0, count(*)
+        FROM {SCHEMA}.executions GROUP BY status;
+    INSERT INTO {SCHEMA}.counters VALUES
+        ('objects', 'stored', 0, 0, (SELECT count(*) FROM {SCHEMA}.objects)),
+        ('objects', 'known', 0, 0, (SELECT count(*) FROM {SCHEMA}.known));
+
+    CREATE FUNCTION {SCHEMA}.slot() RETURNS INTEGER LANGUAGE sql STABLE AS
+        $$ SELECT coalesce(nullif(current_setting('alarmtop.slot', true), ''), '0')::INTEGER $$;
+    CREATE FUNCTION {SCHEMA}.bump(k TEXT, nm TEXT, nu INTEGER, sl INTEGER, d BIGINT)
+        RETURNS VOID LANGUAGE sql AS $$
+        INSERT INTO {SCHEMA}.counters (kind, name, num, slot, n) VALUES (k, nm, nu, sl, d)
+        ON CONFLICT (kind, name, num, slot) DO UPDATE SET n = {SCHEMA}.counters.n + EXCLUDED.n
+    $$;
+    CREATE FUNCTION {SCHEMA}.know(c TEXT, nm TEXT, src INTEGER, sl INTEGER)
+        RETURNS VOID LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO {SCHEMA}.known VALUES (c, nm, src) ON CONFLICT DO NOTHING;
+        IF FOUND THEN
+            PERFORM {SCHEMA}.bump('objects', 'known', 0, sl, 1);
+        ELSE
+            UPDATE {SCHEMA}.known SET sources = sources | src
+                WHERE object_class = c AND object_name = nm AND sources & src = 0;
+        END IF;
+    END $$;
+    CREATE FUNCTION {SCHEMA}.unknow(c TEXT, nm TEXT, src INTEGER, sl INTEGER)
+        RETURNS VOID LANGUAGE plpgsql AS $$
+    BEGIN
+        DELETE FROM {SCHEMA}.known WHERE object_class = c AND object_name = nm
+            AND sources = src;
+        IF FOUND THEN
+            PERFORM {SCHEMA}.bump('objects', 'known', 0, sl, -1);
+        ELSE
+            UPDATE {SCHEMA}.known SET sources = sources & ~src
+                WHERE object_class = c AND object_name = nm;
+        END IF;
+    END $$;
+
+    CREATE FUNCTION {SCHEMA}.alarms_counted() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+    DECLARE sl INTEGER := {SCHEMA}.slot();
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            PERFORM {SCHEMA}.bump('alarms', OLD.state, 0, sl, -1);
+            IF OLD.retry_count > 0 AND OLD.state IN ('retrying', 'running') THEN
+                PERFORM {SCHEMA}.bump('retries', OLD.object_class, OLD.retry_count, sl, -1);
+            END IF;
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            PERFORM {SCHEMA}.bump('alarms', NEW.state, 0, sl, 1);
+            IF NEW.retry_count > 0 AND NEW.state IN ('retrying', 'running') THEN
+                PERFORM {SCHEMA}.bump('retries', NEW.object_class, NEW.retry_count, sl, 1);
+            END IF;
+        END IF;
+        IF TG_OP = 'INSERT' THEN
+            PERFORM {SCHEMA}.know(NEW.object_class, NEW.object_name, 2, sl);
+        ELSIF TG_OP = 'DELETE' THEN
+            PERFORM {SCHEMA}.unknow(OLD.object_class, OLD.object_name, 2, sl);
+        END IF;
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER alarms_insert_counted AFTER INSERT OR DELETE ON {SCHEMA}.alarms
+        FOR EACH ROW EXECUTE FUNCTION {SCHEMA}.alarms_counted();
+    CREATE TRIGGER alarms_update_counted AFTER UPDATE ON {SCHEMA}.alarms FOR EACH ROW
+        WHEN (OLD.state IS DISTINCT FROM NEW.state
+              OR OLD.retry_count IS DISTINCT FROM NEW.retry_count)
+        EXECUTE FUNCTION {SCHEMA}.alarms_counted();
+
+    CREATE FUNCTION {SCHEMA}.executions_counted() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+    DECLARE sl INTEGER := {SCHEMA}.slot();
+    BEGIN
+        IF TG_OP = 'UPDATE' THEN
+            PERFORM {SCHEMA}.bump('executions', OLD.status, 0, sl, -1);
+        ELSE
+            PERFORM {SCHEMA}.know('Execution', NEW.id, 4, sl);
+        END IF;
+        PERFORM {SCHEMA}.bump('executions', NEW.status, 0, sl, 1);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER executions_insert_counted AFTER INSERT ON {SCHEMA}.executions
+        FOR EACH ROW EXECUTE FUNCTION {SCHEMA}.executions_counted();
+    CREATE TRIGGER executions_update_counted AFTER UPDATE ON {SCHEMA}.executions FOR EACH ROW
+        WHEN (OLD.status IS DISTINCT FROM NEW.status)
+        EXECUTE FUNCTION {SCHEMA}.executions_counted();
+
+    CREATE FUNCTION {SCHEMA}.objects_counted() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+    DECLARE sl INTEGER := {SCHEMA}.slot();
+    BEGIN
+        PERFORM {SCHEMA}.bump('objects', 'stored', 0, sl, 1);
+        PERFORM {SCHEMA}.know(NEW.object_class, NEW.object_name, 1, sl);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER objects_insert_counted AFTER INSERT ON {SCHEMA}.objects
+        FOR EACH ROW EXECUTE FUNCTION {SCHEMA}.objects_counted();
+    """,
 ]
 
 
 def statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """The statements of a script: split at each `;` outside a dollar-quoted body (a
+    function's body holds semicolons of its own)."""
+    out, start, inside = [], 0, False
+    i = 0
+    while i < len(script):
+        if script.startswith("$$", i):
+            inside = not inside
+            i += 2
+            continue
+        if script[i] == ";" and not inside:
+            out.append(script[start:i])
+            start = i + 1
+        i += 1
+    out.append(script[start:])
+    return [s.strip() for s in out if s.strip()]
