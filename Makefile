@@ -20,12 +20,12 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check core server tui examples tests bench
+	$(BIN)/ruff check core server tui examples testing tests bench
 	@# mypy cannot follow the editable install's folder mapping: give it the same
 	@# layout as the installed package through links.
 	mkdir -p .typecheck/alarmtop
-	for d in core server tui examples; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
-	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples
+	for d in core server tui examples testing; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
+	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples -p alarmtop.testing
 
 bench: $(STAMP)
 	$(BIN)/python bench/physical_limits.py --quick

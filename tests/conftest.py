@@ -1,19 +1,19 @@
 from __future__ import annotations
 
-import gc
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime, VirtualClock
+from alarmtop.testing import START_MS
 from tests import pg
 
-START_MS = 1_800_000_000_000
+__all__ = ["START_MS", "RuntimeFactory"]  # the tests import both from here
 # The behaviour suites that run on both backends (a test marked `sqlite_only` reaches
 # into SQLite files and runs on SQLite alone).
-BOTH_BACKENDS = ("tests/core/", "tests/durable/", "tests/conformance/")
+BOTH_BACKENDS = ("tests/core/", "tests/durable/", "tests/conformance/", "tests/testing/")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -65,9 +65,12 @@ END $$;
 """
 
 
+# The plugin alarmtop installs for its users (alarmtop.testing, entry point pytest11)
+# gives the clock and the runtimes: the project's tests run on what users get.
+
 @pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock(start_ms=START_MS)
+def clock(virtual_clock: VirtualClock) -> VirtualClock:
+    return virtual_clock
 
 
 @pytest.fixture
@@ -75,31 +78,33 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+@pytest.fixture
+def alarmtop_data_dir(data_dir: Path) -> Path:
+    return data_dir  # the plugin's runtimes keep their files where these tests look
+
+
 RuntimeFactory = Callable[..., Awaitable[Runtime]]
 
 
 @pytest.fixture
-async def make_runtime(data_dir: Path, clock: VirtualClock, backend_kind: str,
-                       request: pytest.FixtureRequest) -> AsyncIterator[RuntimeFactory]:
+def alarmtop_runtime_factory(alarmtop_runtime_factory: RuntimeFactory, backend_kind: str,
+                             request: pytest.FixtureRequest) -> RuntimeFactory:
+    """The plugin's factory, on the test's PostgreSQL database for the postgres run of
+    the behaviour suites (so the plugin's `alarmtop_runtime` runs there too)."""
+    dsn = request.getfixturevalue("pg_dsn") if backend_kind == "postgres" else None
+    plugin_make = alarmtop_runtime_factory
+
+    async def make(*things: Any, **options: Any) -> Runtime:
+        if dsn is not None and "backend" not in options:
+            options["backend"] = PostgresBackend(dsn, shards=8)
+        return await plugin_make(*things, **options)
+
+    return make
+
+
+@pytest.fixture
+def make_runtime(alarmtop_runtime_factory: RuntimeFactory) -> RuntimeFactory:
     """Start runtimes on the test's clock and data dir (or the test's PostgreSQL
     database, for the postgres run of the behaviour suites); all are stopped afterwards.
     Runtimes made in one test share their storage, as a restart would."""
-    started: list[Runtime] = []
-    dsn = request.getfixturevalue("pg_dsn") if backend_kind == "postgres" else None
-
-    async def make(*classes: type, **options: Any) -> Runtime:
-        policies = options.pop("policies", {})
-        if dsn is not None and "backend" not in options:
-            options["backend"] = PostgresBackend(dsn, shards=8)
-        rt = Runtime(data_dir, clock=clock, **options)
-        for cls in classes:
-            rt.register(cls, retry_policy=policies.get(cls.__name__))
-        await rt.start()
-        started.append(rt)
-        return rt
-
-    yield make
-    for rt in reversed(started):
-        await rt.stop()
-    # Collect now, so a database left open is reported against the test that left it.
-    gc.collect()
+    return alarmtop_runtime_factory

@@ -7,7 +7,8 @@ folder (so the build leaves nothing in the tree), built once per module with
 `pip wheel`, installed with `pip install` into a new virtualenv (its dependencies
 from the package index, as a user gets them), and run from outside the tree: the
 command line's help, then `alarmtop --demo` in tmux until the demo's stuck saga
-shows, and `q`.
+shows, and `q`; and the pytest plugin, found by the venv's own pytest through
+its entry point, runs a user's test file.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from pathlib import Path
 import pytest
 
 from tests.environment import need_command, unavailable
+from tests.testing.test_user_project import USER_FILE
 from tests.tui.test_tmux import POLL_S, Terminal
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "core", "server", "tui", "examples")
+SOURCES = ("pyproject.toml", "README.md", "core", "server", "tui", "examples", "testing")
 PIP_S = 240.0  # a cold pip cache downloads setuptools and the dependencies
 DEMO_S = 30.0  # the demo's festival needs a few seconds to need a human
 QUIT_S = 10.0
@@ -99,7 +101,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     assert built.returncode == 0, show(built)
     [wheel] = (work / "dist").glob("alarmtop-*.whl")
     bin_dir = make_venv(work / "venv")
-    done = pip("install", str(wheel), python=str(bin_dir / "python"))
+    # With the extra for testing, so the pytest plugin can be run as a user runs it.
+    done = pip("install", f"{wheel}[testing]", python=str(bin_dir / "python"))
     assert done.returncode == 0, show(done)
     yield Installed(bin_dir, "\n".join([built.stdout, built.stderr, done.stdout, done.stderr]))
 
@@ -123,6 +126,14 @@ def test_the_installed_command_answers_help(installed: Installed, tmp_path: Path
     serve = installed.run("alarmtop", "serve", "--help", cwd=tmp_path)
     assert serve.returncode == 0, show(serve)
     assert serve.stdout.startswith("usage: alarmtop serve") and "--app" in serve.stdout
+    web = installed.run("alarmtop", "web", "--help", cwd=tmp_path)
+    assert web.returncode == 0, show(web)
+    assert web.stdout.startswith("usage: alarmtop web") and "--demo" in web.stdout
+    # alarmtop web's pages are package data: without them it could not serve a page.
+    pages = installed.run("python", "-c", "import alarmtop.tui.web as m, pathlib; print(sorted("
+                          "p.name for p in (pathlib.Path(m.__file__).parent / 'templates')"
+                          ".iterdir()))", cwd=tmp_path)
+    assert pages.stdout.strip() == "['app_index.html', 'login.html']", show(pages)
 
 
 def test_the_installed_demo_draws_in_tmux_and_quits_on_q(installed: Installed,
@@ -150,3 +161,18 @@ def test_the_installed_demo_draws_in_tmux_and_quits_on_q(installed: Installed,
         assert rc_file.read_text().strip() == "0"
     finally:
         term.tmux("kill-server")  # our private tmux server only
+
+
+def test_the_installed_pytest_plugin_runs_a_users_tests(installed: Installed,
+                                                        tmp_path: Path) -> None:
+    """The wheel registers `alarmtop.testing.plugin` under pytest11, and the venv's own
+    pytest finds it there: a user's test file passes with no conftest."""
+    found = installed.run("python", "-c", "from importlib.metadata import entry_points; "
+                          "print([e.value for e in entry_points(group='pytest11')])",
+                          cwd=tmp_path)
+    assert found.returncode == 0, show(found)
+    assert "alarmtop.testing.plugin" in found.stdout, found.stdout
+    shutil.copy(USER_FILE, tmp_path / "test_payments.py")
+    done = installed.run("pytest", "-q", cwd=tmp_path)
+    assert done.returncode == 0, show(done)
+    assert "6 passed" in done.stdout, show(done)

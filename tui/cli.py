@@ -3,7 +3,8 @@
 `alarmtop` opens the console on a server (`--url`, `--token-file` or the token
 from the environment, `--read-only`); `alarmtop --demo` runs the embedded demo
 runtime and its server in this process and opens the console on it (`--events`
-prints the event stream instead); `alarmtop serve` runs a runtime and its server.
+prints the event stream instead); `alarmtop serve` runs a runtime and its server;
+`alarmtop web` serves the console to a browser (`alarmtop.tui.web`).
 
 A mistake (a URL that is not a WebSocket URL, a wrong token, nothing listening,
 TLS on one side only, a port in use, a data dir that is a file) is one or two
@@ -178,7 +179,8 @@ async def _run_demo(data_dir: Path, duration: float | None,
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="alarmtop", description="Watch and steer durable objects, alarms and "
-               "sagas. `alarmtop serve --help` for the server.")
+               "sagas. `alarmtop serve --help` for the server, `alarmtop web --help` for the "
+               "console in a browser.")
     p.add_argument("--demo", action="store_true",
                    help="run the embedded demo runtime and server in this process")
     p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", DEFAULT_URL),
@@ -423,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["serve"]:
         return serve_main(argv[1:])
+    if argv[:1] == ["web"]:
+        from alarmtop.tui.web.cli import web_main
+        return web_main(argv[1:])
     args = build_parser().parse_args(argv)
     if not args.demo:
         return _console(args.url, args.token_file, args.token, args.read_only,
@@ -453,3 +458,7 @@ def main(argv: list[str] | None = None) -> int:
             code = _fail(exc, 1)
     leave_now(code)  # after the temporary data is removed
     return code
+
+
+if __name__ == "__main__":  # the console processes of `alarmtop web` start this way
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""The web server of `alarmtop web`: textual-serve's pages behind a login.
+
+`WebConsole` is textual-serve's `Server` with a gate in front of every route but
+`/login`: a request without a live session cookie gets the login page (status
+401), or a bare 401 for the WebSocket and static files. `POST /login` checks the
+token with a hello to the ops server; a token it accepts starts a session
+(a random id in an HttpOnly, SameSite=Strict cookie, the token kept in this
+process only). Each browser WebSocket runs one console process with that
+session's token in its environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import shlex
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from textual_serve.app_service import AppService
+from textual_serve.server import Server, to_int
+
+TEMPLATES = Path(__file__).parent / "templates"
+COOKIE = "alarmtop_session"
+TOKEN_VARS = {"operator": "ALARMTOP_OPERATOR_TOKEN", "viewer": "ALARMTOP_VIEWER_TOKEN"}
+STOP_S = 2.0  # a console process told to quit is killed after this
+# The page may load from this server only (its script and style are inline).
+CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' "
+       "'unsafe-inline'; img-src 'self' data:; font-src 'self'; connect-src 'self' {ws}; "
+       "frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+
+Check = Callable[[str], Awaitable[str]]  # token -> role; raises CommandError/Disconnected
+
+
+@dataclass(frozen=True)
+class Session:
+    token: str
+    role: str
+
+
+class SessionAppService(AppService):
+    """One console process, with its session's token in its environment (and none of
+    this process's own tokens)."""
+
+    def __init__(self, command: str, session: Session, **kwargs: Any) -> None:
+        super().__init__(command, **kwargs)
+        self.session = session
+
+    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
+        env = super()._build_environment(width=width, height=height)
+        for name in TOKEN_VARS.values():
+            env.pop(name, None)
+        env[TOKEN_VARS[self.session.role]] = self.session.token
+        return env
+
+    async def stop_within(self, seconds: float) -> None:
+        """Ask the console to quit; kill its process if it has not within `seconds`."""
+        try:
+            await asyncio.wait_for(self.stop(), seconds)
+        except (TimeoutError, RuntimeError, ConnectionError):
+            process = self._process
+            if process is not None and process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+
+
+def console_command(ops_url: str, read_only: bool, confirm: bool) -> str:
+    """The shell command of one console (textual-serve runs it through a shell)."""
+    args = [sys.executable, "-m", "alarmtop.tui.cli", "--url", ops_url]
+    if read_only:
+        args.append("--read-only")
+    if not confirm:
+        args.append("--no-confirm")
+    return shlex.join(args)
+
+
+class WebConsole(Server):
+    """textual-serve's server for the console on `ops_url`, behind a login."""
+
+    def __init__(self, ops_url: str, check: Check, target: str, *, read_only: bool = False,
+                 confirm: bool = True) -> None:
+        super().__init__(console_command(ops_url, read_only, confirm), host="127.0.0.1",
+                         port=0, title=f"alarmtop: {target}", templates_path=TEMPLATES)
+        self.ops_url = ops_url
+        self.target = target
+        self._check = check
+        self.sessions: dict[str, Session] = {}
+        self.services: set[SessionAppService] = set()
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._gate])
+        aiohttp_jinja2.setup(app, loader=jinja2.FileSystemLoader(TEMPLATES))
+        app.add_routes([
+            web.get("/login", self.login_page),
+            web.post("/login", self.login),
+            web.get("/", self.handle_index, name="index"),
+            web.get("/ws", self.handle_websocket, name="websocket"),
+            web.get("/download/{key}", self.handle_download, name="download"),
+            web.static("/static", self.statics_path, name="static"),
+        ])
+        app.on_shutdown.append(self._stop_consoles)
+        return app
+
+    # -- the gate ----------------------------------------------------------------------
+
+    def session_of(self, request: web.Request) -> Session | None:
+        return self.sessions.get(request.cookies.get(COOKIE, ""))
+
+    def _same_origin(self, request: web.Request) -> bool:
+        origin = request.headers.get("Origin")
+        return origin is None or origin == self.public_url
+
+    @web.middleware
+    async def _gate(self, request: web.Request,
+                    handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+                    ) -> web.StreamResponse:
+        if not self._same_origin(request):
+            raise web.HTTPForbidden(text="alarmtop web: requests from other sites are refused")
+        if request.path != "/login" and self.session_of(request) is None:
+            if request.path == "/":
+                response: web.StreamResponse = self._login_form(request, "", 401)
+            else:
+                raise web.HTTPUnauthorized(text="alarmtop web: log in first at /login")
+        else:
+            response = await handler(request)
+        ws = "ws:" + self.public_url.split(":", 1)[1]
+        response.headers.setdefault("Content-Security-Policy", CSP.format(ws=ws))
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "same-origin")  # "null" Origin else
+        return response
+
+    def _login_form(self, request: web.Request, message: str, status: int) -> web.Response:
+        return aiohttp_jinja2.render_template(
+            "login.html", request, {"message": message, "target": self.target},
+            status=status)
+
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        if self.session_of(request) is not None:
+            raise web.HTTPSeeOther("/")
+        return self._login_form(request, "", 200)
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        from alarmtop.tui.client import CommandError, Disconnected
+
+        form = await request.post()
+        token = str(form.get("token", "")).strip()
+        if not token:
+            return self._login_form(request, "Give a token.", 401)
+        try:
+            role = await self._check(token)
+        except CommandError:
+            return self._login_form(request, "The ops server refused that token.", 401)
+        except Disconnected as exc:
+            return self._login_form(request, f"The ops server does not answer: {exc.reason}",
+                                    503)
+        if role not in TOKEN_VARS:
+            return self._login_form(request, f"The ops server gave that token an unknown role "
+                                    f"({role}).", 401)
+        sid = secrets.token_urlsafe(32)
+        self.sessions[sid] = Session(token, role)
+        done = web.HTTPSeeOther("/")
+        done.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/")
+        raise done
+
+    # -- the console of a session -------------------------------------------------------
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """textual-serve's handler, with the session's console process."""
+        session = self.session_of(request)
+        assert session is not None  # the gate let it through
+        websocket = web.WebSocketResponse(heartbeat=15)
+        width = to_int(request.query.get("width", "80"), 80)
+        height = to_int(request.query.get("height", "24"), 24)
+        await websocket.prepare(request)
+        service = SessionAppService(
+            self.command, session, write_bytes=websocket.send_bytes,
+            write_str=websocket.send_str, close=websocket.close,
+            download_manager=self.download_manager)
+        self.services.add(service)
+        try:
+            await service.start(width, height)
+            await self._process_messages(websocket, service)
+        finally:
+            self.services.discard(service)
+            await service.stop_within(STOP_S)
+        return websocket
+
+    async def _stop_consoles(self, app: web.Application) -> None:
+        await asyncio.gather(*(s.stop_within(STOP_S) for s in list(self.services)))
+
+
+
+def bound_url(runner: web.AppRunner) -> str:
+    """The http:// URL a started runner listens on."""
+    host, port = runner.addresses[0][:2]
+    return f"http://{host}:{port}"
