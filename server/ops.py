@@ -125,6 +125,7 @@ def record_row(rec: AlarmRecord, policy: RetryPolicy) -> dict[str, Any]:
             "max_retries": policy.max_retries,
             "near_exhaustion": is_near_exhaustion(rec, policy),
             "attempt_count": max(rec.attempt_count, len(attempts)),
+            "paused": rec.paused_ms is not None, "paused_ms": rec.paused_ms,
             "object": f"{rec.object_class}/{rec.object_name}"}
 
 

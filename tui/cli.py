@@ -448,12 +448,19 @@ def main(argv: list[str] | None = None) -> int:
                 with contextlib.suppress(KeyboardInterrupt):
                     asyncio.run(_run_demo(data_dir, args.duration, cleanup))
             else:
-                # The console owns the terminal: logs would scribble over it.
-                logging.getLogger("alarmtop").addHandler(logging.NullHandler())
-                logging.getLogger("alarmtop").propagate = False
-                with contextlib.suppress(KeyboardInterrupt):
-                    asyncio.run(_demo_console(data_dir, args.read_only, not args.no_confirm,
-                                              cleanup))
+                # The console owns the terminal: logs would scribble over it. Put back
+                # after it: a caller of main() in this process keeps its logging.
+                logger = logging.getLogger("alarmtop")
+                quiet, propagated = logging.NullHandler(), logger.propagate
+                logger.addHandler(quiet)
+                logger.propagate = False
+                try:
+                    with contextlib.suppress(KeyboardInterrupt):
+                        asyncio.run(_demo_console(data_dir, args.read_only,
+                                                  not args.no_confirm, cleanup))
+                finally:
+                    logger.removeHandler(quiet)
+                    logger.propagate = propagated
         except AlarmtopError as exc:  # the descriptor budget, say
             code = _fail(exc, 1)
     leave_now(code)  # after the temporary data is removed

@@ -3,6 +3,8 @@ the audit rows of a target (a callback's opaque id shows its execution)."""
 
 from __future__ import annotations
 
+import pytest
+
 from alarmtop.core import VirtualClock
 from alarmtop.examples.festival import FestivalServices, build_festival
 from tests.conftest import RuntimeFactory
@@ -110,3 +112,17 @@ async def test_faults_page_and_filter_by_target(make_runtime: RuntimeFactory,
     assert [f["id"] for f in page["rows"]] == ["f2"] and page["total"] == 3
     assert [f["target"] for f in (await v.ok("faults", target="Quiet/q1"))["rows"]] == [
         "Quiet/q1"]
+
+
+@pytest.mark.parametrize("paused_ms", [None, 1_700_000_000_000])
+def test_a_row_built_from_the_record_is_the_status_row(paused_ms: int | None) -> None:
+    """The listing's fast row says what `alarm_row(AlarmStatus.of(...))` says, the
+    operator's pause included."""
+    from alarmtop.core import RetryPolicy
+    from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+    from alarmtop.core.alarms.status import AlarmStatus
+    from alarmtop.server.ops import alarm_row, record_row
+    rec = AlarmRecord("Flaky", "p", 1_000, AlarmState.RETRYING, 2, 5_000, "boom")
+    rec = rec._replace(paused_ms=paused_ms)
+    policy = RetryPolicy()
+    assert record_row(rec, policy) == alarm_row(AlarmStatus.of(rec, policy))
