@@ -423,7 +423,12 @@ class Runtime:
 
     async def _serve_node(self, request: dict[str, Any]) -> Any:
         """Another node forwards an object's event here, where its shard is held."""
-        self._check_running()
+        if not self.running:
+            # Listening already (start) or still (stop), but not running events: nothing
+            # ran, so the caller asks again, here once started or at the next owner.
+            raise ShardMoved(f"the node {getattr(self.backend, 'node_id', '?')} is not "
+                             "running events yet (starting) or any more (stopping); nothing "
+                             "ran here")
         op = request.get("op")
         if op == "call":
             cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])

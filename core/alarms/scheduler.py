@@ -103,12 +103,22 @@ class AlarmScheduler:
 
     async def _recover_crashed(self) -> None:
         while True:
-            running = await self.index.in_state(AlarmState.RUNNING.value, 1000, mine=True)
+            # Not the attempts in flight here: on a fleet this runs again whenever the
+            # node gains shards, while its own handlers run on the shards it kept.
+            running = [rec for rec in await self.index.in_state(AlarmState.RUNNING.value,
+                                                                1000, mine=True)
+                       if not self._in_flight_here(rec.key)]
             if not running:
                 return
             for rec in running:
+                if self._in_flight_here(rec.key):
+                    continue
                 await self.recover(rec, "the runtime stopped while the handler ran "
                                         "(crash or shutdown)")
+
+    def _in_flight_here(self, key: AlarmKey) -> bool:
+        """An attempt of this runtime runs, or its end is being recorded, for `key`."""
+        return key in self.running or key in self._repairs
 
     async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         """An attempt left `running` with nobody running it: a failed attempt, retried."""

@@ -1,0 +1,86 @@
+"""Two faults the chaos harness found on a fleet (`python -m tests.chaos.harness
+--backend postgres`), each kept as a test.
+
+- A node that gained shards counted every attempt it had in flight on the shards it
+  kept as crashed (its recovery of the gained shards' attempts took all 'running'
+  rows it holds): a handler that succeeded was retried, and one that outlived a few
+  such gains ended as a dead letter, "the runtime stopped while the handler ran",
+  on a node that never stopped.
+- A node restarting listens for other nodes' calls before it runs events: a call
+  forwarded to it then failed with RuntimeNotRunning instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
+from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+
+
+class Held(DurableObject):
+    """An alarm handler that runs until the test lets it end."""
+
+    entered: asyncio.Event
+    release: asyncio.Event
+    runs: list[int]
+
+    async def arm(self, delay_ms: int) -> None:
+        await self.ctx.storage.set_alarm(self.ctx.now_ms() + delay_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        Held.runs.append(info.retry_count)
+        Held.entered.set()
+        await Held.release.wait()
+        await self.ctx.storage.put("done", True)
+
+    async def add(self, n: int) -> int:
+        value = int(await self.ctx.storage.get("n") or 0) + n
+        await self.ctx.storage.put("n", value)
+        return value
+
+
+def _reset() -> None:
+    Held.entered, Held.release, Held.runs = asyncio.Event(), asyncio.Event(), []
+
+
+async def test_gaining_shards_does_not_cut_the_attempts_in_flight(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(a, "Held")
+    before = set(backend_of(a).epochs)
+    await a.get("Held", name).arm(1_000)
+    # advance() waits for the handler, which waits for the test: run it alongside.
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    await b.stop()  # its shards go to a, which recovers their cut attempts
+    await balance(a)
+    assert set(backend_of(a).epochs) > before
+    await asyncio.sleep(0.2)  # the gain's recovery runs meanwhile (a spawned task)
+    status = await a.alarm("Held", name)
+    assert status is not None and status.state == "running" and status.retry_count == 0, status
+    Held.release.set()
+    await asyncio.wait_for(advancing, 10)
+    await until(lambda: _gone(a, name), what="the attempt ended")
+    assert Held.runs == [0]  # it ran once, and was never counted as crashed
+
+
+async def _gone(rt: Runtime, name: str) -> bool:
+    return await rt.alarm("Held", name) is None
+
+
+async def test_a_call_to_a_node_not_yet_running_waits_for_it(node: NodeFactory) -> None:
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(b, "Held")
+    b.running = False  # as between listening and running, while b starts
+    call = asyncio.ensure_future(a.get("Held", name).add(1))
+    await asyncio.sleep(0.3)
+    assert not call.done()  # nothing ran on b; a asks again
+    b.running = True
+    assert await asyncio.wait_for(call, 10) == 1
