@@ -8,13 +8,20 @@
   on a node that never stopped.
 - A node restarting listens for other nodes' calls before it runs events: a call
   forwarded to it then failed with RuntimeNotRunning instead of waiting for it.
+- A call sent on a connection to a peer that had just died (before the reader saw
+  it close) failed with websockets' ConnectionClosedError, which the router does not
+  retry, instead of PeerDown (nothing was sent: ask the shard's next owner).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
+from alarmtop.core.errors import PeerDown
+from alarmtop.core.nodes import NodeClient
 from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
 
 
@@ -84,3 +91,23 @@ async def test_a_call_to_a_node_not_yet_running_waits_for_it(node: NodeFactory) 
     assert not call.done()  # nothing ran on b; a asks again
     b.running = True
     assert await asyncio.wait_for(call, 10) == 1
+
+
+async def test_a_call_on_a_connection_the_peer_closed_is_peer_down(node: NodeFactory) -> None:
+    _reset()
+    a = await node("a", Held)
+    address = backend_of(a).address
+    assert address is not None
+    client = NodeClient(address, "b", backend_of(a).cluster_secret)
+    try:
+        name = name_on(a, "Held")
+        assert await client.request("call", timeout_s=5, cls="Held", name=name, method="add",
+                                    args=[1], kwargs={}) == 1
+        conn = client._conn
+        await conn.close()
+        client._conn = conn  # closed, and its reader has not noticed yet
+        with pytest.raises(PeerDown):
+            await client.request("call", timeout_s=5, cls="Held", name=name, method="add",
+                                 args=[1], kwargs={})
+    finally:
+        await client.close()
