@@ -70,6 +70,7 @@ class AlarmScheduler:
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
         self.running: dict[AlarmKey, int] = {}  # key: when its attempt started
+        self._ends: dict[AlarmKey, int] = {}  # key: how many of its attempts ended here
         self._repairs: set[AlarmKey] = set()
         # Classes with at least one object that has a database: objects of the others
         # certainly have none, so their intent is their row and no file is looked for.
@@ -103,22 +104,26 @@ class AlarmScheduler:
 
     async def _recover_crashed(self) -> None:
         while True:
-            # Not the attempts in flight here: on a fleet this runs again whenever the
-            # node gains shards, while its own handlers run on the shards it kept.
+            # Not the attempts of this runtime: on a fleet this runs again whenever the
+            # node gains shards, while its own handlers run on the shards it kept. One
+            # that ended after the read left a stale 'running' row in `running`.
+            ends = dict(self._ends)
             running = [rec for rec in await self.index.in_state(AlarmState.RUNNING.value,
                                                                 1000, mine=True)
-                       if not self._in_flight_here(rec.key)]
+                       if not self._ran_here(rec.key, ends)]
             if not running:
                 return
             for rec in running:
-                if self._in_flight_here(rec.key):
+                if self._ran_here(rec.key, ends):
                     continue
                 await self.recover(rec, "the runtime stopped while the handler ran "
                                         "(crash or shutdown)")
 
-    def _in_flight_here(self, key: AlarmKey) -> bool:
-        """An attempt of this runtime runs, or its end is being recorded, for `key`."""
-        return key in self.running or key in self._repairs
+    def _ran_here(self, key: AlarmKey, ends: dict[AlarmKey, int]) -> bool:
+        """An attempt of this runtime for `key` runs, has its end being recorded, or
+        ended since `ends` was taken."""
+        return key in self.running or key in self._repairs or \
+            self._ends.get(key) != ends.get(key)
 
     async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         """An attempt left `running` with nobody running it: a failed attempt, retried."""
@@ -152,6 +157,7 @@ class AlarmScheduler:
 
     def attempt_ended(self, key: AlarmKey) -> None:
         self.running.pop(key, None)
+        self._ends[key] = self._ends.get(key, 0) + 1
 
     def put_back(self, rec: AlarmRecord) -> None:
         """A popped record that was not due after all goes back in the window."""

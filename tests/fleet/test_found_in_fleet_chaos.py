@@ -111,3 +111,30 @@ async def test_a_call_on_a_connection_the_peer_closed_is_peer_down(node: NodeFac
                                  args=[1], kwargs={})
     finally:
         await client.close()
+
+
+async def test_an_attempt_that_ends_during_the_recovery_of_a_gain_is_left_alone(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recovery reads the 'running' rows, then recovers them one by one: an attempt
+    of this node that ends in between left a stale row in what was read."""
+    _reset()
+    a = await node("a", Held)
+    name = name_on(a, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    index = a.scheduler.index
+    read = index.in_state
+
+    async def read_then_end(*args: object, **kwargs: object) -> object:
+        rows = await read(*args, **kwargs)  # type: ignore[arg-type]
+        Held.release.set()  # the attempt ends after the read
+        await until(lambda: _gone(a, name), what="the attempt ended")
+        return rows
+
+    monkeypatch.setattr(index, "in_state", read_then_end)
+    await a.scheduler.reload()  # what gaining a shard runs
+    monkeypatch.undo()
+    await asyncio.wait_for(advancing, 10)
+    await clock.advance(300)  # time for any retry it was given
+    assert Held.runs == [0] and await _gone(a, name)
