@@ -59,7 +59,7 @@ from tests.chaos.workload import SETTLE_DEADLINE_S, read_record
 
 DEFAULT_NODES = 3
 DEFAULT_LEASE_S = 1.5
-KILL_DEADLINE_S = 90.0  # a kill's line count or boundary not reached by then: stuck
+KILL_DEADLINE_S = 45.0  # a kill's line count or boundary not reached by then: stuck
 READY_S = 60.0
 
 
@@ -160,6 +160,28 @@ def tail(path: Path, n: int = 30) -> str:
         return "(no stderr)"
 
 
+SESSIONS_SQL = (
+    "SELECT pid, application_name, state, wait_event_type, wait_event, "
+    "round(extract(epoch FROM now() - xact_start)::numeric, 1) AS xact_s, "
+    "pg_blocking_pids(pid) AS blocked_by, left(regexp_replace(query, '\\s+', ' ', 'g'), 140) "
+    "AS query FROM pg_stat_activity WHERE datname IS NOT NULL AND pid <> pg_backend_pid() "
+    "ORDER BY xact_start NULLS LAST")
+
+
+def sessions(dsn: str) -> str:
+    """What every session of the database is doing (a stuck fleet's diagnosis)."""
+    from tests import pg
+
+    bin_dir = pg.binaries()
+    psql = str(bin_dir / "psql") if bin_dir is not None else "psql"
+    try:
+        out = subprocess.run([psql, dsn, "-X", "-c", SESSIONS_SQL], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(psql failed: {exc})"
+    return (out.stdout + out.stderr)[-6000:]
+
+
 def wait_ready(paths: Paths, node: str, mode: str = "run") -> None:
     """Until `node` wrote its ready line (the first start: it makes the schema)."""
     deadline = time.monotonic() + READY_S
@@ -192,7 +214,8 @@ def kill_one(fleet: Fleet, kill_no: int, kill: FleetKill, counter: LineCounter,
         fleet.check_alive(skip=node)
         if time.monotonic() > deadline:
             raise HarnessError(f"kill {kill_no}: the record did not grow to {target} lines "
-                               f"within {KILL_DEADLINE_S:g} s:\n{tail(fleet.paths.stderr(node))}")
+                               f"within {KILL_DEADLINE_S:g} s:\n{tail(fleet.paths.stderr(node))}"
+                               f"\nPostgreSQL meanwhile:\n{sessions(fleet.dsn)}")
         time.sleep(POLL_S)  # polling other processes, with a deadline
     code = fleet.kill(node)
     how = "lines"
