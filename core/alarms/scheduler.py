@@ -20,6 +20,7 @@ from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.alarms.window import DueWindow
 from alarmtop.core.clock import Clock
+from alarmtop.core.errors import LeaseLost
 from alarmtop.core.events import EventBus
 from alarmtop.core.logs import (
     ALARM_LOG,
@@ -113,11 +114,19 @@ class AlarmScheduler:
                        if not self._ran_here(rec.key, ends)]
             if not running:
                 return
+            lost = 0
             for rec in running:
                 if self._ran_here(rec.key, ends):
                     continue
-                await self.recover(rec, "the runtime stopped while the handler ran "
-                                        "(crash or shutdown)")
+                try:
+                    await self.recover(rec, "the runtime stopped while the handler ran "
+                                            "(crash or shutdown)")
+                except LeaseLost:
+                    # On a fleet: its shard went to another node meanwhile (start-up
+                    # and gains race the other nodes' claims), which recovers it.
+                    lost += 1
+            if lost == len(running):
+                return  # nothing recovered: reading again would find the same rows
 
     def _ran_here(self, key: AlarmKey, ends: dict[AlarmKey, int]) -> bool:
         """An attempt of this runtime for `key` runs, has its end being recorded, or

@@ -8,6 +8,8 @@
   on a node that never stopped.
 - A node restarting listens for other nodes' calls before it runs events: a call
   forwarded to it then failed with RuntimeNotRunning instead of waiting for it.
+- A node restarting failed to start when a shard it was recovering cut attempts of
+  went to another node meanwhile (LeaseLost out of start()).
 - A call sent on a connection to a peer that had just died (before the reader saw
   it close) failed with websockets' ConnectionClosedError, which the router does not
   retry, instead of PeerDown (nothing was sent: ask the shard's next owner).
@@ -20,7 +22,7 @@ import asyncio
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
-from alarmtop.core.errors import PeerDown
+from alarmtop.core.errors import LeaseLost, PeerDown
 from alarmtop.core.nodes import NodeClient
 from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
 
@@ -138,3 +140,28 @@ async def test_an_attempt_that_ends_during_the_recovery_of_a_gain_is_left_alone(
     await asyncio.wait_for(advancing, 10)
     await clock.advance(300)  # time for any retry it was given
     assert Held.runs == [0] and await _gone(a, name)
+
+
+async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_owner(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarting node recovers the attempts its last run left 'running'; another node
+    may claim one of those shards meanwhile. Its recovery is then the new owner's:
+    start() (and a gain's reload) carry on instead of failing."""
+    _reset()
+    a = await node("a", Held)
+    name = name_on(a, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    sched = a.scheduler
+    monkeypatch.setattr(sched, "running", {})  # as if its last run had died mid-attempt
+    backend = backend_of(a)
+
+    async def moved(conn: object, shards: set[int]) -> None:
+        raise LeaseLost("the shard went to another node")
+
+    monkeypatch.setattr(backend._index, "fence", moved)
+    await asyncio.wait_for(sched.reload(), 10)  # no LeaseLost out of it
+    monkeypatch.undo()
+    Held.release.set()
+    await asyncio.wait_for(advancing, 10)
