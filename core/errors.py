@@ -13,7 +13,8 @@
      │    ├── UnknownClass                       class not registered with the runtime
      │    ├── UnknownMethod                      no such public RPC method
      │    ├── NoAlarm                            operator action on an object without alarm
-     │    └── UnknownFault
+     │    ├── UnknownFault
+     │    └── UnknownSocket                      a relayed socket its owner no longer holds
      ├── RuntimeNotRunning                       used before start() or after stop()
      ├── ReentrantCall                           an object called itself through a stub
      ├── ObjectBusy                              an event held the object past a caller's wait
@@ -123,6 +124,11 @@ class UnknownFault(NotFound):
     def __init__(self, fault_id: str) -> None:
         super().__init__(f"no active fault with id {fault_id!r}; see runtime.faults.list()")
         self.fault_id = fault_id
+
+
+class UnknownSocket(NotFound):
+    """A node relayed a frame for an object socket its owner does not hold (it closed,
+    or the object moved): the relaying node closes its client's socket."""
 
 
 class RuntimeNotRunning(AlarmtopError):

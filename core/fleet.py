@@ -60,6 +60,11 @@ class Router:
                     **fields: Any) -> Any:
         """Run an event of the object: `here()` on this node, or `op` with `fields`
         sent to the node that holds its shard; its answer either way."""
+        return await self.route_with(key, here, lambda peer: peer.request(op, **fields))
+
+    async def route_with(self, key: ObjectKey, here: Callable[[], Awaitable[Any]],
+                         there: Callable[[NodeClient], Awaitable[Any]]) -> Any:
+        """`route`, with `there(peer)` saying what to ask of the owner."""
         return await here()
 
     async def close(self) -> None:
@@ -75,8 +80,8 @@ class FleetRouter(Router):
         self._failover_s = max(wait_s, backend.lease_s + 2.0)
         self._clients: dict[str, NodeClient] = {}
 
-    async def route(self, key: ObjectKey, here: Callable[[], Awaitable[Any]], op: str,
-                    **fields: Any) -> Any:
+    async def route_with(self, key: ObjectKey, here: Callable[[], Awaitable[Any]],
+                         there: Callable[[NodeClient], Awaitable[Any]]) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._failover_s
         while True:
@@ -84,7 +89,7 @@ class FleetRouter(Router):
             try:
                 if peer is None:
                     return await here()
-                return await peer.request(op, **fields)
+                return await there(peer)
             except (PeerDown, ShardMoved) as exc:
                 # Nothing ran: ask again who holds the shard, until its lease runs out
                 # and a live node (maybe this one) takes it over.

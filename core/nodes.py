@@ -8,8 +8,13 @@ object holds across the fleet because only the owner runs events. Connections ar
 authenticated with the cluster secret every node reads from the database.
 
 The wire: JSON text frames. The caller's first frame is `{"op": "hello", "secret":
-..., "node": ...}`; then requests `{"id": n, "op": ..., ...}` answered by `{"id": n,
-"ok": true, "value": ...}` or `{"id": n, "ok": false, "error": {"type", "message"}}`.
+..., "node": ..., "protocol": n}`; then requests `{"id": n, "op": ..., ...}` answered
+by `{"id": n, "ok": true, "value": ...}` or `{"id": n, "ok": false, "error": {"type",
+"message"}}`. Protocol 2 adds frames the owner pushes unasked on the same connection,
+for the object sockets opened through it (`core/fleet_sockets.py`): `{"socket": ref,
+"send": text}` and `{"socket": ref, "close": [code, reason]}`; the frames for one
+socket arrive in the order the owner sent them, and before the answer to the request
+during which it sent them.
 """
 
 from __future__ import annotations
@@ -34,7 +39,11 @@ _wire_log = logging.getLogger("alarmtop.fleet.wire")
 _wire_log.setLevel(logging.WARNING)
 MAX_FRAME = 4 * 1024 * 1024
 CALL_TIMEOUT_S = 60.0
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+# 1: calls, operator actions, events. 2: object sockets (frames pushed by the owner).
+# A caller that says no protocol speaks 1.
+PROTOCOL = 2
+# A frame the owner pushed for one socket; None when the connection it came on ended.
+Listener = Callable[[dict[str, Any] | None], None]
 
 
 # Errors a caller sees as if the call had run on its own node.
@@ -42,7 +51,7 @@ _KNOWN: dict[str, type[BaseException]] = {
     cls.__name__: cls for cls in (
         E.UnknownMethod, E.NoAlarm, E.InvalidArgument, E.InvalidObjectName, E.NotSerializable,
         E.ReentrantCall, E.StorageError, E.SqlError, E.DiskFull, E.RuntimeNotRunning,
-        E.ShardMoved, E.LeaseLost, E.ObjectBusy,
+        E.ShardMoved, E.LeaseLost, E.ObjectBusy, E.UnknownSocket,
         DE.UnknownExecution, DE.UnknownCallback, DE.CallbackAlreadyCompleted,
         DE.InvalidExecutionState, DE.ValidationError, ValueError, KeyError, LookupError,
         RuntimeError, TypeError, PermissionError)}
@@ -67,14 +76,47 @@ def rebuild_error(payload: dict[str, Any], node: str) -> BaseException:
     return RemoteCallError(name, message, node)
 
 
+class NodeLink:
+    """One authenticated connection from another node: its requests are answered on
+    it, and the frames of the object sockets opened through it are pushed on it."""
+
+    def __init__(self, conn: Any, node: str, protocol: int) -> None:
+        self._conn = conn
+        self.node = node
+        self.protocol = protocol
+        self.open = True
+
+    async def push(self, frame: dict[str, Any]) -> bool:
+        """Send a frame unasked; False when the connection is gone (the peer finds out
+        on its side, and closes what it relayed through it)."""
+        if not self.open:
+            return False
+        try:
+            await self._conn.send(json.dumps(frame))
+        except Exception:
+            return False
+        return True
+
+    def __repr__(self) -> str:
+        return f"<NodeLink from {self.node}>"
+
+
+Handler = Callable[[dict[str, Any], NodeLink], Awaitable[Any]]
+
+
 class NodeServer:
-    """Where other nodes reach this one: a WebSocket route, authenticated."""
+    """Where other nodes reach this one: a WebSocket route, authenticated.
+
+    `handle(request, link)` answers one request; `link_closed(link)` is told when a
+    caller's connection ends (what was opened through it has nobody to talk to)."""
 
     def __init__(self, node_id: str, secret: Callable[[], str], handle: Handler,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0,
+                 link_closed: Callable[[NodeLink], None] | None = None) -> None:
         self.node_id = node_id
         self._secret = secret
         self._handle = handle
+        self._link_closed = link_closed
         self.host, self.port = host, port
         self._server: Any = None
         self._conns: set[Any] = set()
@@ -111,25 +153,45 @@ class NodeServer:
                         conn.remote_address)
             await conn.close(1008, "wrong cluster secret")
             return
+        protocol = hello.get("protocol", 1)
+        if not (isinstance(protocol, int) and 1 <= protocol <= PROTOCOL):
+            # A newer node's requests could mean what this one cannot do: say so at once
+            # rather than misread them.
+            log.warning("node connection from %s refused: it speaks node protocol %r, this "
+                        "node 1 to %d", hello.get("node"), protocol, PROTOCOL)
+            await conn.close(1008, f"node protocol {protocol!r} not spoken here (1 to "
+                                   f"{PROTOCOL}); upgrade this node")
+            return
+        link = NodeLink(conn, str(hello.get("node") or "?")[:200], protocol)
         self._conns.add(conn)
         tasks: set[asyncio.Task[None]] = set()
         try:
             async for frame in conn:
-                request = json.loads(frame)
-                task = asyncio.get_running_loop().create_task(self._answer(conn, request))
+                request = _request_of(frame)
+                task = asyncio.get_running_loop().create_task(self._answer(conn, link,
+                                                                           request))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
         except Exception:  # the caller went away: its calls' answers have nowhere to go
             pass
         finally:
+            link.open = False
             self._conns.discard(conn)
             for task in tasks:
                 task.cancel()
+            if self._link_closed is not None:
+                try:
+                    self._link_closed(link)
+                except Exception:
+                    log.exception("cleaning up after the connection from node %s failed",
+                                  link.node)
 
-    async def _answer(self, conn: Any, request: dict[str, Any]) -> None:
+    async def _answer(self, conn: Any, link: NodeLink, request: dict[str, Any]) -> None:
         rid = request.get("id")
         try:
-            value = await self._handle(request)
+            if "invalid" in request:
+                raise E.InvalidArgument(request["invalid"])
+            value = await self._handle(request, link)
             reply = {"id": rid, "ok": True, "value": value}
         except asyncio.CancelledError:
             raise
@@ -139,8 +201,22 @@ class NodeServer:
             await conn.send(json.dumps(reply))
 
 
+def _request_of(frame: str | bytes) -> dict[str, Any]:
+    """A request frame, or one marked invalid (answered with an error, nothing run)."""
+    try:
+        request = json.loads(frame)
+    except ValueError:
+        return {"id": None, "invalid": "a node request is one JSON object"}
+    if not isinstance(request, dict):
+        return {"id": None, "invalid": "a node request is one JSON object"}
+    if not isinstance(request.get("op"), str):
+        return {"id": request.get("id"), "invalid": "a node request names its op"}
+    return request
+
+
 class NodeClient:
-    """One connection to a peer node, shared by the calls made to it."""
+    """One connection to a peer node, shared by the calls made to it, and by the
+    object sockets relayed to it (each a stream of frames the peer pushes)."""
 
     def __init__(self, address: str, node_id: str, secret: str) -> None:
         self.address = address
@@ -151,6 +227,8 @@ class NodeClient:
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        # Socket ref -> (the connection it was opened on, who takes its frames).
+        self._streams: dict[str, tuple[Any, Listener]] = {}
 
     async def _connected(self) -> Any:
         if self._conn is not None:
@@ -166,7 +244,7 @@ class NodeClient:
                     raise PeerDown(f"the node at {self.address} does not answer ({exc})"
                                    ) from exc
                 await conn.send(json.dumps({"op": "hello", "secret": self._secret,
-                                            "node": self._node_id}))
+                                            "node": self._node_id, "protocol": PROTOCOL}))
                 self._conn = conn
                 self._reader = asyncio.get_running_loop().create_task(self._read(conn))
         return self._conn
@@ -175,6 +253,15 @@ class NodeClient:
         try:
             async for frame in conn:
                 reply = json.loads(frame)
+                if "id" not in reply and "socket" in reply:
+                    stream = self._streams.get(str(reply["socket"]))
+                    if stream is not None and stream[0] is conn:
+                        try:
+                            stream[1](reply)
+                        except Exception:  # one socket's fault must not end the link
+                            log.exception("a frame relayed from %s was not delivered",
+                                          self.address)
+                    continue
                 fut = self._pending.pop(reply.get("id"), None)
                 if fut is not None and not fut.done():
                     fut.set_result(reply)
@@ -183,6 +270,13 @@ class NodeClient:
         finally:
             if self._conn is conn:
                 self._conn = None
+            for ref, (on, listener) in list(self._streams.items()):
+                if on is conn:
+                    del self._streams[ref]
+                    try:
+                        listener(None)
+                    except Exception:
+                        log.exception("closing a socket relayed to %s failed", self.address)
             for fut in self._pending.values():
                 if not fut.done():
                     fut.set_exception(NodeUnreachable(
@@ -190,7 +284,38 @@ class NodeClient:
             self._pending.clear()
 
     async def request(self, op: str, timeout_s: float = CALL_TIMEOUT_S, **fields: Any) -> Any:
+        return await self._request_on(await self._connected(), op, timeout_s, fields)
+
+    async def open_stream(self, ref: str, listener: Listener, op: str,
+                          timeout_s: float = CALL_TIMEOUT_S, **fields: Any) -> Any:
+        """Send the request that opens stream `ref` (a relayed socket): the frames the
+        peer pushes for it, from now on, go to `listener`, and `listener(None)` is
+        told if the connection ends."""
         conn = await self._connected()
+        if ref in self._streams:
+            raise E.InvalidArgument(f"stream {ref!r} is open already")
+        self._streams[ref] = (conn, listener)
+        try:
+            return await self._request_on(conn, op, timeout_s, fields)
+        except BaseException:
+            self.end_stream(ref)
+            raise
+
+    async def stream_request(self, ref: str, op: str, timeout_s: float = CALL_TIMEOUT_S,
+                             **fields: Any) -> Any:
+        """A request about stream `ref`, on the connection that opened it: the peer
+        knows the stream only there."""
+        stream = self._streams.get(ref)
+        if stream is None or stream[0] is not self._conn:
+            raise NodeUnreachable(f"the connection to the node at {self.address} that "
+                                  "carried this socket is gone")
+        return await self._request_on(stream[0], op, timeout_s, fields)
+
+    def end_stream(self, ref: str) -> None:
+        self._streams.pop(ref, None)
+
+    async def _request_on(self, conn: Any, op: str, timeout_s: float,
+                          fields: dict[str, Any]) -> Any:
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut

@@ -5,6 +5,9 @@ queued in the event's outbox (found through a context variable, so a blocker the
 event started queues into it too). Once the commit is durable they leave, in
 order; if it fails they are dropped, exactly as if the event had never happened.
 Anything sent outside an event, or after its outbox was flushed, leaves at once.
+
+Lifecycle hooks that report what an event made durable wait here too (`after`):
+each is called with True once the commit has landed, or False if it failed.
 """
 
 from __future__ import annotations
@@ -16,18 +19,34 @@ from typing import Any
 
 log = logging.getLogger("alarmtop.runtime")
 Send = Callable[[], Awaitable[None]]
+After = Callable[[bool], None]
 
 
 Emit = Callable[[str, dict[str, Any]], None]
 
 
 class Outbox:
-    __slots__ = ("closed", "events", "sends")
+    __slots__ = ("after", "closed", "events", "sends")
 
     def __init__(self) -> None:
         self.sends: list[Send] = []
         self.events: list[tuple[str, dict[str, Any]]] = []
         self.closed = False
+        self.after: list[After] | None = None  # made by the first hook that waits
+
+    def hold(self, fn: After) -> None:
+        """Call `fn(landed)` once the event's commit landed (True) or failed (False)."""
+        if self.after is None:
+            self.after = []
+        self.after.append(fn)
+
+    def run_after(self, landed: bool) -> None:
+        after, self.after = self.after, None
+        for fn in after or ():
+            try:
+                fn(landed)
+            except Exception:  # hooks swallow their own errors; this is a last guard
+                log.exception("a hook held for an event's commit failed")
 
     def announce(self, emit: Emit) -> None:
         """The commit landed: announce the event's bus events (it sent nothing)."""
@@ -52,6 +71,8 @@ class Outbox:
         self.closed = True
         self.sends.clear()
         self.events.clear()
+        if self.after is not None:
+            self.run_after(False)
 
 
 CURRENT: contextvars.ContextVar[Outbox | None] = contextvars.ContextVar(

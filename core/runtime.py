@@ -6,10 +6,10 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
@@ -39,7 +39,9 @@ from alarmtop.core.events import EventBus
 from alarmtop.core.faults import FaultRegistry
 from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
 from alarmtop.core.fleet_events import EventRing, FleetEvents
-from alarmtop.core.nodes import NodeServer
+from alarmtop.core.fleet_sockets import SOCKET_OPS, OwnedSockets
+from alarmtop.core.hooks import INCOMING, Hooks
+from alarmtop.core.nodes import NodeClient, NodeLink, NodeServer
 from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
@@ -53,6 +55,7 @@ _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web
 MAX_NAME_LENGTH = 256
 STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
 log = logging.getLogger("alarmtop.runtime")
+T = TypeVar("T")
 
 
 def check_object_name(name: Any) -> str:
@@ -120,6 +123,9 @@ class Runtime:
         sweep_interval: seconds between sweeps for overdue work and dead letters.
         keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
             first few); `AlarmStatus.attempt_count` counts them all.
+        plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
+            event, alarm attempt, execution invocation, operation and step attempt, and
+            operator command; `add_plugin()` adds more.
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -133,7 +139,8 @@ class Runtime:
                  delete_all_preserves_alarm: bool = False, max_concurrent_alarms: int = 256,
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
-                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None) -> None:
+                 keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
+                 plugins: Iterable[Any] = ()) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -142,6 +149,7 @@ class Runtime:
         self.env = env
         self.retry_policy = retry_policy or RetryPolicy()
         self.events = EventBus(self.clock)
+        self.hooks = Hooks(plugins)
         self.faults = FaultRegistry(self.events, self.clock.now_ms)
         self.backend: StorageBackend = backend or SqliteBackend(self.data_dir)
         self._classes: dict[str, type[DurableObject]] = {}
@@ -156,6 +164,7 @@ class Runtime:
                                delete_all_preserves_alarm=delete_all_preserves_alarm)
         self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
                                            alarm_timeout)
+        self.host.hooks = self._dispatcher.hooks = self.hooks
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
         self.host.alarm_started = self.scheduler.running.get
@@ -169,6 +178,7 @@ class Runtime:
         self.running = False
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
+        self._owned_sockets: OwnedSockets | None = None  # relayed here by other nodes
         self._event_ring: EventRing | None = None
         self._ring_keeper: asyncio.Task[None] | None = None
         self._node_host = node_host
@@ -197,7 +207,7 @@ class Runtime:
 
         engine = ExecutionEngine(store, self.events, self.faults, self.clock, rng,
                                  start_execution=start_execution,
-                                 call_execution=call_execution)
+                                 call_execution=call_execution, hooks=self.hooks)
         self.executions = Executions(engine, execution_stub, self.audit)
 
     # -- set-up ---------------------------------------------------------------------------
@@ -240,6 +250,12 @@ class Runtime:
                           retry_policy=RetryPolicy(max_retries=20, initial_delay_s=1.0,
                                                    max_delay_s=60.0))
         return fn
+
+    def add_plugin(self, plugin: Any) -> Any:
+        """Add a lifecycle hook plugin (see `alarmtop.core.hooks`), after those there are;
+        it hears what starts from now on. Returns it."""
+        self.hooks.add(plugin)
+        return plugin
 
     def registered_class(self, class_name: str) -> type[DurableObject] | None:
         """The class registered under `class_name` (None: none is), waking nothing."""
@@ -287,8 +303,10 @@ class Runtime:
         backend = self.backend
         if isinstance(backend, FleetBackend):
             host = self._node_host or getattr(backend, "node_host", None) or "127.0.0.1"
+            self._owned_sockets = OwnedSockets(self)
             self._node_server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
-                                           self._serve_node, host=host)
+                                           self._serve_node, host=host,
+                                           link_closed=self._owned_sockets.link_lost)
             await self._node_server.start()
             backend.bind(self._shards_changed, self._node_server.address, self._drain_shards)
         try:
@@ -359,7 +377,13 @@ class Runtime:
                     "(as after a crash, the next start recovers them)", what)
 
     async def _stop_node(self) -> None:
-        """No more calls to or from other nodes."""
+        """No more calls to or from other nodes. The objects' sockets are closed first,
+        while the node connections still carry the closes of those relayed here: their
+        clients reconnect to the shards' next owners."""
+        owned = self._owned_sockets
+        if owned is not None:
+            await owned.close_moved(lambda key: True)
+            await owned.stop()
         keeper, self._ring_keeper = self._ring_keeper, None
         if keeper is not None:
             keeper.cancel()
@@ -403,10 +427,17 @@ class Runtime:
         args = tuple(json_copy(list(args), f"arguments of {class_name}.{method}"))
         kwargs = json_copy(kwargs, f"keyword arguments of {class_name}.{method}")
 
-        # Another node may hold the object's shard: then it runs the call.
+        # Another node may hold the object's shard: then it runs the call, told what the
+        # plugins carry (say, the caller's trace) for its event.
+        extra: dict[str, Any] = {}
+        if self.hooks.plugins:
+            carried = self.hooks.propagation()
+            if carried is not None:
+                extra["propagation"] = carried
         return await self._router.route(
             (class_name, name), lambda: self._call_here(class_name, name, method, args, kwargs),
-            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs)
+            "call", cls=class_name, name=name, method=method, args=list(args), kwargs=kwargs,
+            **extra)
 
     async def _call_here(self, class_name: str, name: str, method: str,
                          args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -421,15 +452,19 @@ class Runtime:
 
     # -- the fleet ------------------------------------------------------------------------
 
-    async def _serve_node(self, request: dict[str, Any]) -> Any:
-        """Another node forwards an object's event here, where its shard is held."""
-        if not self.running:
+    async def _serve_node(self, request: dict[str, Any], link: NodeLink | None = None) -> Any:
+        """Another node forwards an object's event here, where its shard is held
+        (`link`: the connection it came on, which a socket's frames go back over)."""
+        op = request.get("op")
+        if op in SOCKET_OPS and self._owned_sockets is not None and link is not None:
+            return await self._owned_sockets.serve(str(op), request, link)
+        if not self.running and op in ("call", "operate"):
             # Listening already (start) or still (stop), but not running events: nothing
             # ran, so the caller asks again, here once started or at the next owner.
             raise ShardMoved(f"the node {getattr(self.backend, 'node_id', '?')} is not "
                              "running events yet (starting) or any more (stopping); nothing "
                              "ran here")
-        op = request.get("op")
+        self._check_running()
         if op == "call":
             cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])
             self._class_name(cls)
@@ -437,6 +472,9 @@ class Runtime:
             if method in _RESERVED or fn is None or not inspect.iscoroutinefunction(fn):
                 raise UnknownMethod(cls, method)
             await self._check_held(cls, name)
+            carried = request.get("propagation")
+            if isinstance(carried, dict) and self.hooks.plugins:
+                INCOMING.set({str(k): str(v) for k, v in carried.items()})
             return await self._call_here(cls, name, method, tuple(request.get("args") or ()),
                                          dict(request.get("kwargs") or {}))
         if op == "operate":
@@ -509,6 +547,8 @@ class Runtime:
     async def _follow_shards(self, gained: bool,
                              lost: Callable[[tuple[str, str]], bool] | None) -> None:
         if lost is not None:
+            if self._owned_sockets is not None:
+                await self._owned_sockets.close_moved(lost)
             self.scheduler.forget(lost)
             await self.host.release(lost)
         if gained:
@@ -518,7 +558,22 @@ class Runtime:
         """The fleet's nodes (one, on a backend that is not shared)."""
         if isinstance(self.backend, FleetBackend):
             return await self.backend.nodes()
-        return [{"node_id": "local", "address": None, "shards": None, "up": True}]
+        return [{"node_id": getattr(self.backend, "node_id", "local"), "address": None,
+                 "shards": None, "up": True}]
+
+    async def socket_route(self, class_name: str, name: str,
+                           there: Callable[[NodeClient], Coroutine[Any, Any, T]]) -> T | None:
+        """Where an object socket's events run: None when on this node, else what
+        `there(owner)` answered (it opens the socket on the node holding the object's
+        shard, `core/fleet_sockets.py`). Asked again, as calls are, while nothing ran:
+        the owner was down or the shard moved."""
+        self._check_running()
+        key = (self._class_name(class_name), check_object_name(name))
+
+        async def here() -> None:
+            return None
+        result: T | None = await self._router.route_with(key, here, there)
+        return result
 
     async def socket_event(self, class_name: str, name: str, method: str,
                            *args: Any) -> None:
@@ -537,7 +592,9 @@ class Runtime:
     def _kind(self, method: str, what: str) -> EventKind:
         kind = self._call_kinds.get(method)
         if kind is None:
-            kind = self._call_kinds[method] = Call("handling " + what.format(method))
+            event = "socket" if method in _RESERVED else "call"
+            kind = self._call_kinds[method] = Call("handling " + what.format(method), method,
+                                                   event)
         return kind
 
     # -- alarms ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -171,6 +172,20 @@ class SocketRegistry:
             self.events.emit("socket.closed", {"object": f"{entry.key[0]}/{entry.key[1]}",
                                                "socket": socket_id, "code": code,
                                                "reason": reason})
+
+    def evict(self, which: Callable[[ObjectKey], bool], code: int,
+              reason: str) -> list[Transport]:
+        """Forget every socket (and auto-response) of the objects `which` picks, as
+        closed with `code`; their transports, for the caller to close. On a fleet: the
+        objects moved to another node, whose registry does not know these sockets."""
+        transports = []
+        for sid, entry in list(self._entries.items()):
+            if which(entry.key):
+                transports.append(entry.transport)
+                self.remove(sid, code, reason)
+        for key in [k for k in self._auto if which(k)]:
+            del self._auto[key]
+        return transports
 
     def set_auto_response(self, key: ObjectKey, pair: tuple[str, str] | None) -> None:
         if pair is None:

@@ -148,7 +148,9 @@ class Feed:
             events = self._sub.drain()
             if self._fleet is not None:
                 events = await self._with_fleet(events)
-            if events and self.clients:
+            # A node that dies says nothing on any bus: a change of the fleet's summary
+            # (cached, read at most once a second) is news of its own.
+            if self.clients and (events or await self.ops.fleet.moved()):
                 frame = encode(await self.build_delta(events)).encode()
                 await self.fan_out(frame)
             self.events_in += len(events)

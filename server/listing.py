@@ -73,15 +73,19 @@ SORTS: dict[str, dict[str, Key]] = {
     "audit": {"when": lambda r: r.get("seq"), "who": lambda r: r.get("actor"),
               "role": lambda r: r.get("role"), "action": lambda r: r.get("action"),
               "target": lambda r: r.get("target"), "ok": lambda r: r.get("ok"),
-              "reason": lambda r: r.get("reason")},
+              "reason": lambda r: r.get("reason"), "node": lambda r: r.get("node")},
     "faults": {"id": lambda r: _fault_number(r.get("id")), "target": lambda r: r.get("target"),
                "kind": lambda r: r.get("kind"), "remaining": lambda r: r.get("remaining"),
                "triggered": lambda r: r.get("triggered"),
                "created": lambda r: r.get("created_ms")},
+    # the fleet's nodes (server/fleet_view.py): down ones first, then by id
+    "nodes": {"state": lambda r: (bool(r.get("up")), r.get("node_id")),
+              "node": lambda r: r.get("node_id"), "address": lambda r: r.get("address"),
+              "shards": lambda r: r.get("shards"), "renewed": lambda r: r.get("renewed_ms")},
 }
 # The order each listing has when no sort is asked for (what storage pages by).
 DEFAULT_SORT = {"alarms": "state", "executions": "status", "objects": "object",
-                "audit": "when", "faults": "id"}
+                "audit": "when", "faults": "id", "nodes": "state"}
 DEFAULT_DESC = {"audit": True}  # the newest audit row first
 
 

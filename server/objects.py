@@ -10,6 +10,11 @@ route, in `app`. Each refusal is a close code, a reason and one log line.
 
 An admitted socket's messages are paced by a per-socket rate limit; past it the
 socket is closed (1008).
+
+On a fleet, a socket for an object another node holds is admitted here all the
+same, then relayed to that node, where the object's handlers run
+(`fleet_sockets.py`); when that node goes away or the object moves, the socket is
+closed with 1012 so the client reconnects.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -27,12 +32,14 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import Runtime
-from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import AlarmtopError
+from alarmtop.core.errors import AlarmtopError, NodeUnreachable
+from alarmtop.core.fleet_sockets import takes_sockets
 from alarmtop.core.sockets import HibernatableWebSocket
+from alarmtop.server.fleet_sockets import RelayedSocket
 from alarmtop.server.guard import (
     CLOSE_INTERNAL,
     CLOSE_POLICY,
+    CLOSE_TRY_AGAIN,
     ConnectionCaps,
     RateLimit,
     Refusal,
@@ -89,8 +96,7 @@ def registered_class(rt: Runtime, class_name: str) -> type | None:
 def opts_in(cls: type) -> bool:
     """A class takes sockets only by defining `web_socket_connect` (the base class has
     none); the execution class is never reachable, whatever it defines."""
-    return cls.__name__ != EXECUTION_CLASS and callable(getattr(cls, "web_socket_connect",
-                                                                None))
+    return takes_sockets(cls)
 
 
 class ObjectSockets:
@@ -137,11 +143,38 @@ class ObjectSockets:
 
     async def _run(self, conn: ServerConnection, cls: str, name: str, address: str,
                    what: str) -> None:
+        request = _request(conn, address)
+        relayed = RelayedSocket(conn, cls, name, request)
+        try:
+            opened = await self.rt.socket_route(cls, name, relayed.open)
+        except NodeUnreachable as exc:
+            await refuse(conn, Refusal(CLOSE_TRY_AGAIN, str(exc)), what, address)
+            return
+        except Exception as exc:
+            await refuse(conn, Refusal(CLOSE_INTERNAL, f"object refused the connection: {exc}"),
+                         what, address)
+            return
+        if opened is not None:  # the object runs on another node
+            await self._run_relayed(conn, relayed, opened, address, what)
+            return
         registry = self.rt.sockets
         ws = registry.connect((cls, name), SocketTransport(conn, address))
-        if not await self._connect(conn, cls, name, ws, _request(conn, address), what):
+        if not await self._connect(conn, cls, name, ws, request, what):
             return
-        code, reason, clean = await self._relay(conn, cls, name, ws, address, what)
+
+        async def deliver(text: str) -> None:
+            auto = registry.auto_response((cls, name), text, ws.id, self.rt.clock.now_ms())
+            if auto is not None:
+                await conn.send(auto)  # answered without waking the object
+                return
+            await self.rt.socket_event(cls, name, "web_socket_message", ws, text)
+
+        async def fail(exc: Exception) -> tuple[int, str]:
+            with contextlib.suppress(Exception):
+                await self.rt.socket_event(cls, name, "web_socket_error", ws, str(exc))
+            return 1011, str(exc)
+
+        code, reason, clean = await self._relay(conn, deliver, fail, address, what)
         registry.remove(ws.id, code, reason)
         if self.rt.running:
             with contextlib.suppress(Exception):
@@ -165,11 +198,24 @@ class ObjectSockets:
             return False
         return True
 
-    async def _relay(self, conn: ServerConnection, cls: str, name: str,
-                     ws: HibernatableWebSocket, address: str,
+    async def _run_relayed(self, conn: ServerConnection, relayed: RelayedSocket,
+                           opened: dict[str, Any], address: str, what: str) -> None:
+        if not opened.get("accepted"):
+            await refuse(conn, Refusal(CLOSE_POLICY, "the object did not accept the connection"),
+                         what, address)
+            return
+        code, reason, clean = 1006, "", False  # if the relay is cut off (the server stops)
+        try:
+            code, reason, clean = await self._relay(conn, relayed.message, relayed.fail,
+                                                    address, what)
+        finally:
+            await relayed.end(code, reason, clean)
+
+    async def _relay(self, conn: ServerConnection, deliver: Callable[[str], Awaitable[None]],
+                     fail: Callable[[Exception], Awaitable[tuple[int, str]]], address: str,
                      what: str) -> tuple[int, str, bool]:
-        """Messages to the object until the socket ends: (code, reason, clean)."""
-        registry = self.rt.sockets
+        """Messages to `deliver` until the socket ends: (code, reason, clean); `fail`
+        says how a failed delivery ends it."""
         limit = RateLimit(self.limits.rate_per_s, self.limits.burst)
         try:
             async for message in conn:
@@ -186,18 +232,13 @@ class ObjectSockets:
                     return refusal.code, refusal.reason, True
                 text = message if isinstance(message, str) else message.decode("utf-8",
                                                                                "replace")
-                auto = registry.auto_response((cls, name), text, ws.id, self.rt.clock.now_ms())
-                if auto is not None:
-                    await conn.send(auto)  # answered without waking the object
-                    continue
-                await self.rt.socket_event(cls, name, "web_socket_message", ws, text)
+                await deliver(text)
         except ConnectionClosed as exc:
             rcvd = exc.rcvd
             return (rcvd.code, rcvd.reason, True) if rcvd else (1006, "", False)
         except Exception as exc:
-            with contextlib.suppress(Exception):
-                await self.rt.socket_event(cls, name, "web_socket_error", ws, str(exc))
-            return 1011, str(exc), False
+            code, reason = await fail(exc)
+            return code, reason, False
         return conn.close_code or 1005, conn.close_reason or "", True
 
 

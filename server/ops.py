@@ -32,12 +32,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from alarmtop.core import AlarmStatus, Runtime
+from alarmtop.core import AlarmStatus, Runtime, hook_info
 from alarmtop.core.durable.context import decode_callback_id
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.tasks import Supervisor, patience
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
+from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (
     MAX_SCAN,
     check_scan,
@@ -109,6 +110,7 @@ class OpsService:
         # finish after it was answered; `close()` ends whatever is left at shutdown.
         self.tasks = Supervisor(None, "ops commands")
         self._tools = ExecutionTools(runtime)
+        self.fleet = FleetView(runtime)  # the nodes, cached: the header asks every tick
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
             "clear_dead_letter": self._clear_dead_letter, "inject_fault": self._inject_fault,
@@ -116,11 +118,37 @@ class OpsService:
             "alarms": self.alarms, "alarm": self._alarm, "objects": self.objects,
             "executions": self.executions, "execution": self._execution,
             "audit": self._audit, "faults": self._faults, "snapshot": self._snapshot,
+            "nodes": self.fleet.query,
         }
 
     async def run(self, cmd: Command, session: Session) -> Any:
         """Apply a command within its deadline; raises `AlarmtopError`/`ProtocolError`
-        with a clear message. A command (not a query) is audited whatever happens."""
+        with a clear message. A command (not a query) is audited whatever happens.
+
+        The runtime's plugins hear it start and end (`on_command_start/end`), in this
+        task: the work it does (object events, executions) happens within it."""
+        hooks = self.rt.hooks
+        if not (hooks.on_command_start or hooks.on_command_end):
+            return await self._run(cmd, session)
+        start = hook_info.CommandInfo(cmd.op, _target(cmd.args), session.role,
+                                      session.address, not cmd.needs_operator,
+                                      self.rt.clock.now_ms())
+        hooks.fire(hooks.on_command_start, start)
+        outcome = hook_info.Outcome.OK
+        error: BaseException | None = None
+        try:
+            return await self._run(cmd, session)
+        except BaseException as exc:
+            # A command past its deadline may still finish: no outcome, rather than error.
+            abandoned = isinstance(exc, CommandTimeout)
+            outcome = hook_info.Outcome.ABANDONED if abandoned else hook_info.Outcome.ERROR
+            error = exc
+            raise
+        finally:
+            hooks.fire(hooks.on_command_end, hook_info.CommandEndInfo(
+                start, outcome, self.rt.clock.now_ms(), error))
+
+    async def _run(self, cmd: Command, session: Session) -> Any:
         if not cmd.needs_operator:
             try:
                 async with asyncio.timeout(self.deadline_s):
@@ -378,7 +406,7 @@ class OpsService:
             every = [r for r in every if (not target or target in (r["target"],
                                                                    r.get("execution_id")))
                      and contains(text, r["action"], r["target"], r.get("execution_id"),
-                                  r["actor"], r["reason"])]
+                                  r["actor"], r["reason"], r.get("node"))]
             total = len(every)
             rows = window(sort_rows("audit", every, sort, bool(desc)), offset, limit)
         return {"rows": rows, "offset": offset, "total": total}
@@ -403,7 +431,7 @@ class OpsService:
                 "objects": await self.rt.backend.count_objects(),
                 "resident": len(self.rt.resident_objects()),
                 "executions": executions, "needs_human": executions.get("needs_human", 0),
-                "faults": len(self.rt.faults.list())}
+                "faults": len(self.rt.faults.list()), "nodes": await self.fleet.summary()}
 
     async def _near_exhaustion(self) -> int:
         return await self.rt.near_exhaustion_count()

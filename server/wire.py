@@ -83,6 +83,8 @@ OPS: dict[str, tuple[bool, dict[str, Field]]] = {
     "faults": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
                        "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
     "snapshot": (False, {}),
+    "nodes": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
+                      "filter": _OPT_STR, **_SORTED}),  # the fleet (server/fleet_view.py)
 }
 OPS.update(tool_ops(Field))  # pause, resume, redrive, fork, ... (server/execution_ops.py)
 OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)

@@ -46,6 +46,7 @@ from alarmtop.tui.screens.lists import (
     HelpScreen,
     ObjectsScreen,
 )
+from alarmtop.tui.screens.nodes import NodesScreen
 from alarmtop.tui.screens.overview import OverviewScreen
 from alarmtop.tui.screens.target import TargetScreen
 from alarmtop.tui.state import ConsoleState
@@ -73,7 +74,7 @@ class AlarmtopApp(App[None]):
     MODES: ClassVar[dict[str, Any]] = {
         "overview": OverviewScreen, "alarms": AlarmsScreen, "executions": ExecutionsScreen,
         "objects": ObjectsScreen, "dead": DeadLettersScreen, "faults": FaultsScreen,
-        "audit": AuditScreen, "events": EventsScreen,
+        "audit": AuditScreen, "events": EventsScreen, "nodes": NodesScreen,
     }
     DEFAULT_MODE = "overview"
     # Below 120 columns a view's detail pane goes under its table (alarmtop.tcss) and the
@@ -89,6 +90,8 @@ class AlarmtopApp(App[None]):
         Binding("6", "switch_mode('faults')", "Faults", show=False, id="view-faults"),
         Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
         Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
+        Binding("0", "switch_mode('nodes')", "Nodes", show=False, id="view-nodes",
+                tooltip="The fleet's nodes: up or down, shards owned, last renewal"),
         # Shown at the right end of every footer (widgets/footer.py), never scrolled away.
         Binding("question_mark", "help", "Help", tooltip="Every key and what it does",
                 id="help", show=False),

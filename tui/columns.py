@@ -140,7 +140,8 @@ OBJECTS = Listing(
     cells=lambda r, now, w: object_cells(r, now, w), default_sort="object")
 AUDIT = Listing(
     "audit", "audit row",
-    (Column("when", 8, "when"), Column("who", 21, "who", 8), Column("role", 8, "role", 6),
+    (Column("when", 8, "when"), Column("node", 12, "node", 6), Column("who", 21, "who", 8),
+     Column("role", 8, "role", 6),
      Column("action", 18, "action", 12), Column("target", 30, "target", 14),
      Column("ok", 7, "ok"), Column("reason", 0, "reason")),
     key=lambda r: str(r["seq"]),

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 VIEWS = [("overview", "Overview", "1"), ("alarms", "Alarms", "2"),
          ("executions", "Executions", "3"), ("objects", "Objects", "4"),
          ("dead", "Dead letters", "5"), ("faults", "Faults", "6"), ("audit", "Audit log", "7"),
-         ("events", "Event log", "8")]
+         ("events", "Event log", "8"), ("nodes", "Nodes", "0")]
 # action: (title with {alarm} / {execution} / {fault}, help)
 ACTIONS: dict[str, tuple[str, str]] = {
     "rearm": ("Re-arm {alarm}", "A fresh retry ladder, first attempt now"),

@@ -149,9 +149,10 @@ def audit_target(row: dict[str, Any]) -> str:
 
 
 def audit_cells(row: dict[str, Any],
-                width: int = 40) -> tuple[str, str, str, str, str, str, str]:
-    """when, who, role, action, target, ok, reason (cut to `width`)."""
-    return (clock_text(row.get("at_ms")), str(row.get("actor", "?")), row.get("role") or "-",
+                width: int = 40) -> tuple[str, str, str, str, str, str, str, str]:
+    """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`)."""
+    return (clock_text(row.get("at_ms")), str(row.get("node") or "-"),
+            str(row.get("actor", "?")), row.get("role") or "-",
             str(row.get("action", "?")), audit_target(row),
             "ok" if row.get("ok") else "refused", first_line(row.get("reason"), width))
 

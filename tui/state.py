@@ -23,15 +23,17 @@ MAX_ALARMS = 500
 MAX_EXECUTIONS = 500
 MAX_EVENTS = 1000
 HISTORY = 60
-KINDS = ("alarms", "executions", "objects", "faults", "audit", "events")
+KINDS = ("alarms", "executions", "objects", "faults", "audit", "events", "nodes")
 # Event types by prefix, and the listings whose rows they change.
 EVENT_KINDS = (("alarm.", ("alarms", "objects")), ("object.", ("objects",)),
                ("socket.", ("objects",)), ("execution.", ("executions", "objects")),
                ("operator.", ("audit",)), ("fault.", ("faults",)))
 
 
-def kinds_touched(frame: dict[str, Any], faults_before: list[dict[str, Any]]) -> set[str]:
-    """The listings a frame may have changed (a snapshot: all of them)."""
+def kinds_touched(frame: dict[str, Any], faults_before: list[dict[str, Any]],
+                  nodes_before: Any = None) -> set[str]:
+    """The listings a frame may have changed (a snapshot: all of them). The fleet's
+    nodes changed when the node summary the frame counts did (`nodes_before`)."""
     kind = frame.get("type")
     if kind == "snapshot":
         return set(KINDS)
@@ -44,6 +46,8 @@ def kinds_touched(frame: dict[str, Any], faults_before: list[dict[str, Any]]) ->
         touched |= {"executions", "objects"}
     if "faults" in frame and frame["faults"] != faults_before:
         touched.add("faults")
+    if "counts" in frame and (frame["counts"] or {}).get("nodes") != nodes_before:
+        touched.add("nodes")
     for ev in frame.get("events", []):
         touched.add("events")
         kind_of = str(ev.get("type", ""))
@@ -84,7 +88,7 @@ class ConsoleState:
 
     def apply(self, frame: dict[str, Any], monotonic_s: float | None = None) -> bool:
         """Merge one frame; True when something visible changed."""
-        for touched in kinds_touched(frame, self.faults):
+        for touched in kinds_touched(frame, self.faults, self.counts.get("nodes")):
             self.versions[touched] += 1
         if frame.get("at_ms"):
             self._frame_now, self._frame_at = int(frame["at_ms"]), monotonic_s

@@ -15,6 +15,7 @@ import traceback
 from collections.abc import Awaitable
 from typing import Any
 
+from alarmtop.core import hook_info
 from alarmtop.core.alarms import intent as I
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
@@ -22,6 +23,7 @@ from alarmtop.core.alarms.scheduler import AlarmScheduler
 from alarmtop.core.clock import Clock, Deadlines, Limit
 from alarmtop.core.errors import AlarmHandlerTimeout, StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
+from alarmtop.core.hooks import NO_HOOKS, Hooks
 from alarmtop.core.objects.base import AlarmInfo, DurableObject
 from alarmtop.core.objects.host import EventKind, ObjectHost
 from alarmtop.core.objects.storage_api import EventEnd, Plan, Storage
@@ -48,6 +50,7 @@ class AlarmDispatcher:
         # Every attempt has the same timeout and nearly all finish long before it: one
         # clock timer for all of them instead of one per attempt.
         self._deadlines = Deadlines(clock, alarm_timeout_s)
+        self.hooks: Hooks = NO_HOOKS  # the runtime's plugins (set by the runtime)
 
     async def fire(self, rec: AlarmRecord) -> None:
         sched, host = self._sched, self._host
@@ -86,21 +89,37 @@ class AlarmDispatcher:
             started = attempt.started = attempt.row = await sched.commit(
                 rec.key, P.start_attempt(rec, now))
             assert started is not None
+            hooks = self.hooks
+            if hooks.on_alarm_attempt_start or hooks.on_alarm_attempt_end:
+                attempt.hooked = self._attempt_started(started)
             try:
                 _, _, index_failed = await host.run_in_turn(r, attempt.call, attempt)
             except asyncio.CancelledError:
+                attempt.report("the runtime stopped during the attempt")
                 raise  # the runtime is stopping: the row stays 'running', like a crash
             except Exception as exc:
                 # Nothing of the attempt was kept, its end included: as after a crash.
                 sched.repair_later(started, f"the attempt's commit failed: {exc}")
+                attempt.report(f"the attempt's commit failed: {exc}")
                 return
             if index_failed is not None:
                 sched.repair_later(started, "the end of the attempt could not be recorded: "
                                    f"{index_failed}")
+                attempt.report(f"the end of the attempt could not be recorded: {index_failed}")
+            elif attempt.hooked is not None:
+                attempt.report(None)
         finally:
             if attempt.registered:
                 sched.attempt_ended(rec.key)
             host.leave_turn(r)
+
+    def _attempt_started(self, rec: AlarmRecord) -> hook_info.AlarmAttemptInfo:
+        info = hook_info.AlarmAttemptInfo(
+            rec.object_class, rec.object_name, rec.scheduled_ms, rec.retry_count,
+            self._sched.policy_for(rec.object_class).max_retries,
+            rec.started_ms if rec.started_ms is not None else self._clock.now_ms())
+        self.hooks.fire(self.hooks.on_alarm_attempt_start, info)
+        return info
 
     async def intent_of(self, rec: AlarmRecord, storage: Storage | None = None) -> I.Intent:
         """The object's committed intent for a record (its own row, or its database)."""
@@ -125,7 +144,10 @@ class AlarmAttempt(EventKind):
     """One firing of a record, as the kind of an object event."""
 
     alarm = True
-    __slots__ = ("_d", "_error", "_limit", "_task", "rec", "registered", "row", "started")
+    event = "alarm"
+    method = "alarm"
+    __slots__ = ("_d", "_error", "_limit", "_task", "ended", "hooked", "rec", "registered",
+                 "row", "started")
 
     def __init__(self, dispatcher: AlarmDispatcher, rec: AlarmRecord,
                  task: asyncio.Task[Any]) -> None:
@@ -137,6 +159,8 @@ class AlarmAttempt(EventKind):
         self.registered = False
         self._limit: Limit | None = None
         self._error: str | None = None
+        self.hooked: hook_info.AlarmAttemptInfo | None = None  # told to the start hook
+        self.ended: P.Transition | None = None  # the end the commit recorded
 
     async def reconciled(self, storage: Storage, now: int) -> AlarmRecord | None:
         """The record to run after comparing it with the object's intent; None when
@@ -203,8 +227,41 @@ class AlarmAttempt(EventKind):
         new_at = change.at_ms if change is not None else None
         gen = change.gen if change is not None else None
         if self._error is None:
-            return P.succeed(started, now, new_at, gen, in_file)
+            self.ended = P.succeed(started, now, new_at, gen, in_file)
+            return self.ended
         sched = d._sched
         sched.log_failure(started, self._error)
-        return P.fail(started, now, self._error, sched.policy_for(started.object_class),
-                      new_at, sched.rng, gen=gen, keep=sched.keep_attempts, in_file=in_file)
+        self.ended = P.fail(started, now, self._error, sched.policy_for(started.object_class),
+                            new_at, sched.rng, gen=gen, keep=sched.keep_attempts,
+                            in_file=in_file)
+        return self.ended
+
+    def report(self, abandoned: str | None) -> None:
+        """Tell the end hook what became of the alarm (`abandoned`: why it is retried
+        as after a crash instead)."""
+        start, d = self.hooked, self._d
+        if start is None or not d.hooks.on_alarm_attempt_end:
+            return
+        now = d._clock.now_ms()
+        if abandoned is not None or self.ended is None:
+            info = hook_info.AlarmAttemptEndInfo(start, hook_info.AlarmOutcome.ABANDONED, now,
+                                                 abandoned or self._error)
+        else:
+            rec = self.ended.record
+            info = hook_info.AlarmAttemptEndInfo(start, _outcome(rec), now, self._error,
+                                                 _next_ms(rec))
+        d.hooks.fire(d.hooks.on_alarm_attempt_end, info)
+
+
+def _outcome(rec: AlarmRecord | None) -> hook_info.AlarmOutcome:
+    if rec is None or rec.state is P.AlarmState.PENDING:
+        return hook_info.AlarmOutcome.OK  # done, or the handler set its next alarm
+    if rec.state is P.AlarmState.DEAD:
+        return hook_info.AlarmOutcome.DEAD
+    return hook_info.AlarmOutcome.RETRY_SCHEDULED
+
+
+def _next_ms(rec: AlarmRecord | None) -> int | None:
+    if rec is None or rec.state is P.AlarmState.DEAD:
+        return None
+    return rec.next_attempt_ms

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from alarmtop.core.durable import lifecycle
 from alarmtop.core.durable.batch import BatchResult, BatchSpec, run_batch
 from alarmtop.core.durable.config import (
     CALLBACK_SERDES,
@@ -78,6 +79,7 @@ from alarmtop.core.durable.replay import (
 )
 from alarmtop.core.errors import StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
+from alarmtop.core.hooks import NO_HOOKS, Hooks
 from alarmtop.core.storage.interface import ExecutionStore, LogChain
 
 if TYPE_CHECKING:
@@ -146,6 +148,8 @@ class Invocation:
         self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
         # Starts another execution (for invoke); set by the engine.
         self.start_child: Callable[..., Awaitable[str]] | None = None
+        # The lifecycle hooks it reports to; set by the engine (a replay check has none).
+        self.hooks: Hooks = NO_HOOKS
 
     @property
     def execution_id(self) -> str:
@@ -182,6 +186,7 @@ class Invocation:
         fut = self.store.checkpoint(self.record.id, record, [op], events, self.chain,
                                     marks=self.take_marks() if self.new_marks else None)
         announce = self.announce if events else None
+        ended = self.hooks if op.done and self.hooks.on_operation_end else None
         if wait:
             try:
                 await fut
@@ -189,12 +194,17 @@ class Invocation:
                 raise CheckpointFailed(str(exc)) from None
             if announce is not None:
                 announce(self.record, events)
-        elif announce is not None:
-            record = self.record
+            if ended is not None:
+                lifecycle.operation_ended(ended, self.record, op, self.clock.now_ms())
+        elif announce is not None or ended is not None:
+            record, clock = self.record, self.clock
 
             def landed(f: asyncio.Future[None]) -> None:
                 if not f.cancelled() and f.exception() is None:
-                    announce(record, events)
+                    if announce is not None:
+                        announce(record, events)
+                    if ended is not None:
+                        lifecycle.operation_ended(ended, record, op, clock.now_ms())
             fut.add_done_callback(landed)
 
     def faults_armed(self) -> bool:
@@ -334,12 +344,19 @@ class DurableContext:
             raise SuspendExecution(suspend_reason(rec), found.until_ms, rec.id)
         return False, None
 
-    def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None,
-             **fields: Any) -> OperationRecord:
-        if self._inv.replay_only:
-            self._inv.frontier(op_id)
-        return OperationRecord(op_id, op_type, sub_type, name, self._record_parent,
-                               started_ms=self._clock_ms(), **fields)
+    def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None, *,
+             parent_id: str | None = None, **fields: Any) -> OperationRecord:
+        """The record of an operation the handler reaches for the first time: its start
+        (never a replay's: a replayed operation has its record)."""
+        inv = self._inv
+        if inv.replay_only:
+            inv.frontier(op_id)
+        now = self._clock_ms()
+        rec = OperationRecord(op_id, op_type, sub_type, name, parent_id or self._record_parent,
+                              started_ms=now, **fields)
+        if inv.hooks.on_operation_start:
+            lifecycle.operation_started(inv.hooks, inv.execution_id, rec, now)
+        return rec
 
     # -- step -----------------------------------------------------------------------------
 
@@ -391,6 +408,9 @@ class DurableContext:
                 started = ()
         inv.crash_point(label, "A")
         token = current_step.set((inv.execution_id, rec.id, label))
+        hooks = inv.hooks
+        told = lifecycle.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+            if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
             inv.raise_fault(label)
             value = fn(*args)
@@ -400,9 +420,17 @@ class DurableContext:
                     started = ()
                 value = await value
         except Exception as exc:
+            if told is not None:
+                lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
             return await self._step_failed(rec, cfg, exc, rec.attempt, started)
+        except BaseException as exc:  # cancelled: the attempt ends all the same
+            if told is not None:
+                lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
+            raise
         finally:
             current_step.reset(token)
+        if told is not None:
+            lifecycle.attempt_ended(hooks, told, self._clock_ms(), None)
         try:
             text = serdes.serialize(value)
         except (TypeError, ValueError) as exc:
@@ -531,9 +559,7 @@ class DurableContext:
         if done:
             return replayed
         if rec is None:
-            rec = self._new(op_id, OpType.CONTEXT, sub_type, name)
-            if parent_id is not None:
-                rec.parent_id = parent_id
+            rec = self._new(op_id, OpType.CONTEXT, sub_type, name, parent_id=parent_id)
             await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
         try:
             value = await fn(DurableContext(inv, op_id))
@@ -640,10 +666,20 @@ class DurableContext:
             state = config.initial_state
         advance(rec, OpStatus.STARTED).attempt += 1
         await inv.save(rec, inv.event("StepStarted", rec), wait=False)
+        hooks = inv.hooks
+        told = lifecycle.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+            if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
-            value = check(state)
-            if inspect.isawaitable(value):
-                value = await value
+            try:
+                value = check(state)
+                if inspect.isawaitable(value):
+                    value = await value
+            except BaseException as exc:
+                if told is not None:
+                    lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
+                raise
+            if told is not None:
+                lifecycle.attempt_ended(hooks, told, self._clock_ms(), None)
             decision = decide_poll(config.wait_strategy, value, rec.attempt, inv.rng)
         except Exception as exc:
             err = error_object(exc)

@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from alarmtop.core import hook_info
+from alarmtop.core.durable import lifecycle
 from alarmtop.core.durable.check import replay_check
 from alarmtop.core.durable.context import DurableContext, Invocation, encode_callback_id
 from alarmtop.core.durable.errors import (
@@ -71,6 +73,7 @@ class ExecutionObject(DurableObject):
         # The running invocation's log chain: what this event defers lands after the
         # invocation's own checkpoints, or not at all.
         self._chain: LogChain | None = None
+        self._told: hook_info.InvocationStartInfo | None = None  # the invocation hook's
 
     # -- loading and saving ---------------------------------------------------------------
 
@@ -165,7 +168,7 @@ class ExecutionObject(DurableObject):
         now = self.ctx.now_ms()
         rec = ExecutionRecord(self.ctx.id, name, version, ExecutionStatus.RUNNING, input_text,
                               now, now, timeout_s=timeout_s, invoke_requested=True,
-                              parent=parent)
+                              parent=parent, trace=self._carried(name, version))
         st = self._state = _Loaded(rec, {}, 1)
         details: dict[str, Any] = {"Input": payload(input_text)}
         if timeout_s:
@@ -173,6 +176,18 @@ class ExecutionObject(DurableObject):
         await self._save_and_rearm(st, [], [self._event(st, "ExecutionStarted", None, details)])
         self.engine.announce(rec, "execution.started")
         return {"execution_id": self.ctx.id, "created": True}
+
+    def _carried(self, name: str, version: str) -> dict[str, str] | None:
+        """What the plugins carry from the starter to the invocations (its trace)."""
+        return self.engine.hooks_of(name, version).propagation()
+
+    def _ended(self, st: _Loaded, ops: Sequence[OperationRecord]) -> None:
+        """The service completed `ops` in this event: told once its commit landed."""
+        rec = st.record
+        hooks = self.engine.hooks_of(rec.name, rec.version)
+        if hooks.on_operation_end:
+            lifecycle.operations_ended_after_commit(hooks, rec, [op for op in ops if op.done],
+                                                    self.ctx.now_ms)
 
     # -- the alarm: timers, then one invocation -------------------------------------------
 
@@ -191,6 +206,8 @@ class ExecutionObject(DurableObject):
                 "Error": error_payload(EXIT_ERROR)}))
             rec.in_invocation, rec.invoke_requested = False, True
         fired = self._complete_due(st, now, events, changed)
+        if changed:
+            self._ended(st, changed)
         if rec.timeout_at_ms is not None and now >= rec.timeout_at_ms:
             await self._finish(st, ExecutionStatus.TIMED_OUT, None, {
                 "ErrorType": "Execution.Timeout",
@@ -237,10 +254,19 @@ class ExecutionObject(DurableObject):
     async def _invoke(self, st: _Loaded, changed: list[OperationRecord],
                       events: list[dict[str, Any]]) -> None:
         """Run the handler once, after checkpointing what the alarm completed."""
+        died: BaseException | None = None
         try:
             await self._invoke_once(st, changed, events)
+        except BaseException as exc:
+            died = exc
+            raise
         finally:
             self._chain = None  # its writes are queued or deferred: the chain is theirs
+            told, self._told = self._told, None
+            if told is not None:
+                rec = st.record
+                lifecycle.invocation_ended(self.engine.hooks_of(rec.name, rec.version), told,
+                                           rec, self.ctx.now_ms, died)
 
     async def _invoke_once(self, st: _Loaded, changed: list[OperationRecord],
                            events: list[dict[str, Any]]) -> None:
@@ -258,6 +284,9 @@ class ExecutionObject(DurableObject):
                          engine.faults, engine.rng, st.marks)
         self._chain = inv.chain
         begun = self._queue(st, changed, events, inv.chain)
+        hooks = inv.hooks = engine.hooks_of(rec.name, rec.version)
+        if hooks.on_invocation_start or hooks.on_invocation_end:
+            self._told = lifecycle.invocation_started(hooks, rec, started)
         inv.announce = engine.deliver_history
         inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
@@ -377,6 +406,7 @@ class ExecutionObject(DurableObject):
         op.ended_ms = now
         st.record.invoke_requested = True
         await self._save_and_rearm(st, [op], [ev])
+        self._ended(st, [op])
         return {"status": op.status.value}
 
     # -- RPC: child executions (invoke) ---------------------------------------------------
@@ -396,6 +426,7 @@ class ExecutionObject(DurableObject):
             ev = self._event(st, "ChainedInvokeFailed", op, {"Error": error_payload(error)})
         st.record.invoke_requested = True
         await self._save_and_rearm(st, [op], [ev])
+        self._ended(st, [op])
 
     # -- RPC: operators -------------------------------------------------------------------
 
@@ -416,6 +447,7 @@ class ExecutionObject(DurableObject):
             rec.status = advance_execution(rec.status, ExecutionStatus.RUNNING, rec.id)
             rec.blocked_on = None
         await self._save_and_rearm(st, [op], [ev])
+        self._ended(st, [op])
 
     async def operate(self, action: str, text: str | None, actor: str) -> dict[str, Any]:
         st = await self._state_or_fail()
@@ -444,6 +476,7 @@ class ExecutionObject(DurableObject):
             if human is not None:
                 advance(human, OpStatus.SUCCEEDED).result = json.dumps(
                     {"action": "abort", "reason": text, "by": actor})
+                self._ended(st, [human])
             await self._finish(st, ExecutionStatus.ABORTED, None, {
                 "ErrorType": "ExecutionAborted", "ErrorMessage": text or "aborted by an operator"},
                 [], [human] if human is not None else [])
@@ -539,7 +572,8 @@ class ExecutionObject(DurableObject):
         now = self.ctx.now_ms()
         rec = ExecutionRecord(self.ctx.id, name, version, ExecutionStatus.RUNNING, input_text,
                               now, now, timeout_s=timeout_s, invoke_requested=True,
-                              forked_from=source, has_marks=bool(marks))
+                              forked_from=source, has_marks=bool(marks),
+                              trace=self._carried(name, version))
         kept = [_adopt(OperationRecord.from_dict(d), self.ctx.id) for d in ops]
         st = self._state = _Loaded(rec, {op.id: op for op in kept}, 1, dict(marks))
         details: dict[str, Any] = {"Input": payload(input_text), "ForkedFrom": source}

@@ -171,6 +171,9 @@ class ExecutionRecord:
     # Whether ctx.now()/random() values were recorded: only then is the marks table
     # read when the execution loads (most executions never take one).
     has_marks: bool = False
+    # What the lifecycle plugins asked to carry from the task that started it (say, the
+    # caller's trace context): its invocations are told it. None: nothing asked.
+    trace: dict[str, str] | None = None
 
     @property
     def finished(self) -> bool:

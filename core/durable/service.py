@@ -10,7 +10,7 @@ import functools
 import itertools
 import json
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -23,6 +23,7 @@ from alarmtop.core.durable.errors import (
 )
 from alarmtop.core.durable.operations import ExecutionRecord, OpType
 from alarmtop.core.durable.tools import OperatorTools
+from alarmtop.core.hooks import NO_HOOKS, Hooks
 from alarmtop.core.logs import log_execution
 from alarmtop.core.serialization import to_json
 
@@ -52,6 +53,7 @@ class DurableFunction:
     name: str
     version: str
     timeout_s: int | None = None
+    plugins: tuple[Any, ...] = ()  # this handler's own lifecycle hook plugins
 
     async def __call__(self, event: Any, ctx: DurableContext) -> Any:
         return await self.fn(event, ctx)
@@ -63,20 +65,26 @@ def durable_execution(fn: Handler, /) -> DurableFunction: ...
 
 @overload
 def durable_execution(*, name: str | None = None, version: str = "1",
-                      timeout: int | None = None) -> Callable[[Handler], DurableFunction]: ...
+                      timeout: int | None = None, plugins: Iterable[Any] = ()
+                      ) -> Callable[[Handler], DurableFunction]: ...
 
 
 def durable_execution(fn: Handler | None = None, /, *, name: str | None = None,
-                      version: str = "1", timeout: int | None = None
+                      version: str = "1", timeout: int | None = None,
+                      plugins: Iterable[Any] = ()
                       ) -> DurableFunction | Callable[[Handler], DurableFunction]:
     """Mark `async def handler(event, ctx)` as a durable execution handler.
 
     `name` defaults to the function name; `version` pins running executions to
     this code (register several versions side by side while old ones finish);
-    `timeout` (seconds) fails the execution as timed out.
+    `timeout` (seconds) fails the execution as timed out; `plugins` are lifecycle
+    hook plugins of this handler alone (as in the AWS SDK; see `alarmtop.core.hooks`):
+    they hear its invocation, operation and step-attempt hooks, after the runtime's.
     """
+    own = tuple(plugins)
+
     def wrap(f: Handler) -> DurableFunction:
-        return DurableFunction(f, name or f.__name__, str(version), timeout)
+        return DurableFunction(f, name or f.__name__, str(version), timeout, own)
     return wrap(fn) if fn is not None else wrap
 
 
@@ -89,8 +97,13 @@ class ExecutionEngine:
 
     def __init__(self, store: ExecutionStore, events: EventBus, faults: FaultRegistry,
                  clock: Clock, rng: random.Random | None = None, *,
-                 start_execution: StartExecution, call_execution: CallExecution) -> None:
+                 start_execution: StartExecution, call_execution: CallExecution,
+                 hooks: Hooks = NO_HOOKS) -> None:
         self.store = store
+        self.hooks = hooks
+        # A handler's hooks: the runtime's plugins and its own, as of the runtime's
+        # hooks version and that registration of the handler.
+        self._handler_hooks: dict[tuple[str, str], tuple[int, Any, Hooks]] = {}
         self.events = events
         self.faults = faults
         self.clock = clock
@@ -107,6 +120,16 @@ class ExecutionEngine:
                 f"executions stay pinned to the version they started with (registered: "
                 f"{sorted(versions) or 'none'}); register it again to let them finish")
         return versions[version]
+
+    def hooks_of(self, name: str, version: str) -> Hooks:
+        """The hooks an execution of handler `name`/`version` reports to."""
+        fn = self.handlers.get(name, {}).get(version)
+        cached = self._handler_hooks.get((name, version))
+        if cached is not None and cached[0] == self.hooks.version and cached[1] is fn:
+            return cached[2]
+        hooks = self.hooks.with_plugins(fn.plugins if fn is not None else ())
+        self._handler_hooks[(name, version)] = (self.hooks.version, fn, hooks)
+        return hooks
 
     def pick_version(self, name: str, pinned: str, version: str | None) -> DurableFunction:
         """The handler a redrive or fork runs: the pinned version, or a newer registered

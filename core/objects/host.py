@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from alarmtop.core import outbox
+from alarmtop.core import hook_info, outbox
 from alarmtop.core.alarms.intent import Intent
 from alarmtop.core.clock import Clock
 from alarmtop.core.errors import (
@@ -33,6 +33,7 @@ from alarmtop.core.errors import (
     StorageError,
 )
 from alarmtop.core.events import EventBus
+from alarmtop.core.hooks import INCOMING, NO_HOOKS, Hooks
 from alarmtop.core.limits import out_of_descriptors
 from alarmtop.core.objects.base import DurableObject, ObjectContext
 from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
@@ -62,6 +63,8 @@ class EventKind:
     __slots__ = ()
     alarm = False
     doing = "handling a call"  # what holds the turn, as "X is busy ..." says it
+    event = "call"  # what the lifecycle hooks call it: "call", "alarm" or "socket"
+    method: str | None = None
 
     def describe(self) -> str:
         return "running its alarm" if self.alarm else self.doing
@@ -78,10 +81,12 @@ class Call(EventKind):
     """An event kind that says what it is doing: a call to a named method, a socket
     event (one per method, made once: events share them)."""
 
-    __slots__ = ("doing",)
+    __slots__ = ("doing", "event", "method")
 
-    def __init__(self, doing: str) -> None:
+    def __init__(self, doing: str, method: str | None = None, event: str = "call") -> None:
         self.doing = doing
+        self.method = method
+        self.event = event
 
 
 CALL = EventKind()
@@ -157,6 +162,7 @@ class ObjectHost:
         self.may_run: Callable[[ObjectKey], bool] | None = None
         self._emfile_logged = 0.0
         self._emfile_unlogged = 0
+        self.hooks: Hooks = NO_HOOKS  # the runtime's plugins (set by the runtime)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -342,6 +348,9 @@ class ObjectHost:
                              "did not run here")
         storage = self.storage_of(r)
         r.doing, r.since_ms = kind, self._clock.now_ms()
+        hooks = self.hooks
+        started = self._event_started(r, kind) if hooks.on_object_event_start or \
+            hooks.on_object_event_end else None
         try:
             box = Outbox()
             token = outbox.CURRENT.set(box)
@@ -369,6 +378,8 @@ class ObjectHost:
                 # storage hold in memory may disagree with the disk: the object is reset
                 # and the next event builds it again from what is on disk.
                 box.drop()
+                if started is not None:
+                    self._event_ended(started, hook_info.Outcome.ABANDONED, exc)
                 if isinstance(exc, asyncio.CancelledError):
                     await storage.abandon()
                 if r.instance is not None:
@@ -382,10 +393,29 @@ class ObjectHost:
                 box.announce(self._events.deliver)
             else:
                 box.closed = True
+            if box.after is not None:
+                box.run_after(True)
+            if started is not None:
+                self._event_ended(started, hook_info.Outcome.OK if error is None
+                                  else hook_info.Outcome.ERROR, error)
             return value, error, index_failed
         finally:
             if r.instance is None and storage.is_open:
                 await storage.close()  # its wake failed: no instance will close it
+
+    def _event_started(self, r: Resident, kind: EventKind) -> hook_info.ObjectEventInfo:
+        carried = INCOMING.get()
+        if carried is not None:
+            INCOMING.set(None)  # this event's, not that of the calls it makes in turn
+        info = hook_info.ObjectEventInfo(r.key[0], r.key[1], kind.event, kind.method,
+                                         r.since_ms, carried)
+        self.hooks.fire(self.hooks.on_object_event_start, info)
+        return info
+
+    def _event_ended(self, start: hook_info.ObjectEventInfo, outcome: hook_info.Outcome,
+                     error: BaseException | None) -> None:
+        self.hooks.fire(self.hooks.on_object_event_end, hook_info.ObjectEventEndInfo(
+            start, outcome, self._clock.now_ms(), error))
 
     async def close_if_idle(self, r: Resident) -> None:
         """Close the database of an object that was looked at but not woken (the

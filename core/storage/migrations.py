@@ -152,6 +152,11 @@ RUNTIME_MIGRATIONS: list[str] = [
         WHERE status IN ('running', 'suspended', 'needs_human')
           AND json_extract(data, '$.timeout_s') > 0
     """,
+    # Which node ran each operator command, as the fleet's audit log on PostgreSQL
+    # says. Rows from before stay without one (NULL): that node is not known.
+    """
+    ALTER TABLE audit ADD COLUMN node TEXT
+    """,
 ]
 
 def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:

@@ -47,8 +47,9 @@ class ChainedWrite:
 
 
 class SqliteExecutionStore:
-    def __init__(self, db: SqliteAlarmIndex) -> None:
+    def __init__(self, db: SqliteAlarmIndex, node_id: str | None = None) -> None:
         self._db = db
+        self.node_id = node_id  # written into every audit row: which node ran the command
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
@@ -209,19 +210,20 @@ class SqliteExecutionStore:
     async def audit_append(self, entry: dict[str, Any]) -> None:
         row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
                entry.get("target"), entry.get("reason"), 1 if entry.get("ok", True) else 0,
-               _dumps(entry.get("detail")))
+               _dumps(entry.get("detail")), self.node_id)
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO audit (at_ms, actor, role, action, target, reason, ok, "
-                         "detail) VALUES (?,?,?,?,?,?,?,?)", row)
+                         "detail, node) VALUES (?,?,?,?,?,?,?,?,?)", row)
         await self._db.submit(extra=write)
 
     async def audit_list(self, limit: int = 100, offset: int = 0) -> builtins.list[dict[str, Any]]:
         def read(conn: sqlite3.Connection) -> builtins.list[dict[str, Any]]:
             rows = conn.execute("SELECT seq, at_ms, actor, role, action, target, reason, ok, "
-                                "detail FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?",
+                                "detail, node FROM audit ORDER BY seq DESC LIMIT ? OFFSET ?",
                                 (limit, offset)).fetchall()
-            keys = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail")
+            keys = ("seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail",
+                    "node")
             out = [dict(zip(keys, r, strict=True)) for r in rows]
             for d in out:
                 d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])

@@ -27,6 +27,7 @@ import glob
 import json
 import logging
 import os
+import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -509,7 +510,7 @@ class SqliteBackend:
 
     def __init__(self, data_dir: Path, *, on_corrupt_index: str = "fail",
                  check_on_open: bool = True, now_ms: Callable[[], int] | None = None,
-                 busy_timeout_s: float = BUSY_TIMEOUT_S) -> None:
+                 busy_timeout_s: float = BUSY_TIMEOUT_S, node_id: str | None = None) -> None:
         """`on_corrupt_index`: what `open()` does when runtime.sqlite is damaged, or missing
         while the folder holds alarmtop data: "fail" (the default) raises
         `CorruptDatabase` and changes nothing; "quarantine" moves it to
@@ -519,7 +520,11 @@ class SqliteBackend:
         `check_on_open` runs SQLite's quick_check on every database it opens, so damage
         is found before the object reads half its data. `now_ms` stamps quarantined
         files (the wall clock by default). `busy_timeout_s`: how long a write waits for a
-        lock another connection holds (a backup, a `sqlite3` shell) before it fails."""
+        lock another connection holds (a backup, a `sqlite3` shell) before it fails.
+
+        `node_id` names this runtime in the audit log's `node` column and in
+        `Runtime.nodes()`: `host-pid` by default, as a fleet node's is, so rows written
+        before and after a restart say which process ran each command."""
         if on_corrupt_index not in CORRUPT_INDEX_MODES:
             raise InvalidArgument(f"on_corrupt_index is one of {CORRUPT_INDEX_MODES}, not "
                                   f"{on_corrupt_index!r}")
@@ -530,7 +535,8 @@ class SqliteBackend:
         self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
         self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open,
                                        busy_timeout_s=busy_timeout_s)
-        self._executions = SqliteExecutionStore(self._index)
+        self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
+        self._executions = SqliteExecutionStore(self._index, self.node_id)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
 
     @property

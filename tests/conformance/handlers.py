@@ -72,14 +72,17 @@ _ingestion = itertools.count()
 
 
 def requirement(rid: str, *, setup: Setup | None = None,
-                others: tuple[DurableFunction, ...] = ()
+                others: tuple[DurableFunction, ...] = (), plugins: tuple[Any, ...] = ()
                 ) -> Callable[[Callable[[Any, DurableContext], Awaitable[Any]]], Any]:
-    """Register the decorated `async def handler(event, ctx)` for requirement `rid`."""
+    """Register the decorated `async def handler(event, ctx)` for requirement `rid`
+    (with `plugins`: the handler's own lifecycle hook plugins, as the SDK's
+    `durable_execution(plugins=[...])`)."""
     def register(fn: Callable[[Any, DurableContext], Awaitable[Any]]) -> Any:
         if rid in HANDLERS:
             raise ValueError(f"two handlers for requirement {rid}")
         name = "req_" + rid.replace("-", "_")
-        HANDLERS[rid] = HandlerSpec(rid, durable_execution(name=name)(fn), setup, others)
+        HANDLERS[rid] = HandlerSpec(rid, durable_execution(name=name, plugins=plugins)(fn),
+                                    setup, others)
         return fn
     return register
 
@@ -93,6 +96,13 @@ def log(ctx: DurableContext, message: str) -> None:
     """What the SDK handlers print through their logger (replay logging on)."""
     LOGS[ctx.execution_id].append({"message": message, "timestamp": ctx.now_ms(),
                                    "ingestionTime": next(_ingestion)})
+
+
+def log_record(execution_id: str, record: dict[str, Any], at_ms: int) -> None:
+    """What the SDK's conformance plugins print as JSON lines to stdout (CloudWatch
+    would carry them): one record of execution `execution_id`, at `at_ms`."""
+    LOGS[execution_id].append({"message": json.dumps(record), "timestamp": at_ms,
+                               "ingestionTime": next(_ingestion)})
 
 
 def runs(ctx: DurableContext, key: str) -> int:
@@ -1523,3 +1533,7 @@ async def invoke_payload_serdes(event: Any, ctx: DurableContext) -> Any:
 async def invoke_result_serdes(event: Any, ctx: DurableContext) -> Any:
     return await ctx.invoke(
         echo_target.name, event, config=_invoke_config(serdes_result=UPPERCASE_RAW_RESULT))
+
+
+# The plugin suite's handlers (10-x) register themselves alongside.
+from tests.conformance import plugin_handlers  # noqa: E402, F401

@@ -67,6 +67,14 @@ class Beat(DurableObject):
         await self.ctx.storage.put("n", value)
         return value
 
+    async def web_socket_connect(self, ws: Any, request: dict[str, Any]) -> None:
+        """Sockets too: accepted, told the node that runs the object."""
+        self.ctx.accept_web_socket(ws)
+        await ws.send(f"welcome from {NODE}")
+
+    async def web_socket_message(self, ws: Any, message: str) -> None:
+        await ws.send(f"{message} on {NODE}")
+
     async def fires(self) -> list[list[Any]]:
         return list(await self.ctx.storage.get("fires") or [])
 

@@ -24,7 +24,8 @@ from tests.server.conftest import (
     close_code,
 )
 
-ROW_KEYS = {"seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail"}
+ROW_KEYS = {"seq", "at_ms", "actor", "role", "action", "target", "reason", "ok", "detail",
+            "node"}
 
 
 def address(c: Client) -> str:
@@ -66,6 +67,7 @@ async def test_a_done_and_a_failed_command_are_one_row_each(
         assert set(row) == ROW_KEYS
         assert row["role"] == "operator" and row["actor"] == address(op)
         assert row["at_ms"] == clock.now_ms() and row["action"] == "rearm"
+        assert row["node"] == getattr(rt.backend, "node_id", None)  # which node ran it
     assert (done["target"], done["reason"], done["ok"]) == ("Quiet/q1", "by hand", True)
     assert done["detail"]["outcome"] == "ok"
     assert (failed["target"], failed["reason"], failed["ok"]) == ("Quiet/none", "typo", False)

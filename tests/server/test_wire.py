@@ -39,11 +39,12 @@ REQUIRED: dict[str, set[str]] = {
     "pause": {"execution_id"}, "resume": {"execution_id"}, "redrive": {"execution_id"},
     "fork": {"execution_id", "from_step"}, "complete_callback": {"callback_id"},
     "replay_check": {"execution_id"}, "execution_timers": set(),
+    "nodes": set(),  # the fleet (DESIGN section 10)
 }
 TOOL_OPERATOR_OPS = {"pause", "resume", "redrive", "fork", "complete_callback"}
 DESIGN_OPERATOR_OPS = {"rearm", "fire_now", "inject_fault", "clear_fault", "send_callback",
                        "retry_compensation", "resolve", "abort", "hand_to_human"}
-DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit"}
+DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit", "nodes"}
 
 # A valid value, and values of the wrong type, for each declared field type.
 GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True,

@@ -104,13 +104,14 @@ OBJECTS = [
     ("LeaseLedger/tenant-42", True, 0), ("LeaseLedger/tenant-7", False, 0),
     ("LiveDashboard/main", True, 3),
 ]
+NODE = "demo-4242"  # the server's node id (host-pid), as its audit rows name it
 AUDIT: list[dict[str, Any]] = [
-    {"seq": 3, "at_ms": NOW - 20 * S, "actor": "127.0.0.1:50412", "role": "operator",
+    {"seq": 3, "at_ms": NOW - 20 * S, "node": NODE, "actor": "127.0.0.1:50412", "role": "operator",
      "action": "inject_fault", "target": "LeaseLedger/tenant-42", "reason": None, "ok": True},
-    {"seq": 2, "at_ms": NOW - 75 * S, "actor": "127.0.0.1:50412", "role": "operator",
+    {"seq": 2, "at_ms": NOW - 75 * S, "node": NODE, "actor": "127.0.0.1:50412", "role": "operator",
      "action": "send_callback", "target": "cb1.WyJoc2YtZGF5MiIsIjQiXQ", "reason": None,
      "ok": True, "execution_id": "hsf-day2"},
-    {"seq": 1, "at_ms": NOW - 95 * S, "actor": "127.0.0.1:50398", "role": "viewer",
+    {"seq": 1, "at_ms": NOW - 95 * S, "node": NODE, "actor": "127.0.0.1:50398", "role": "viewer",
      "action": "rearm", "target": "Flaky/payments-7", "reason": "re-armed from the console",
      "ok": False},
 ]
@@ -118,6 +119,21 @@ COUNTS: dict[str, Any] = {"alarms": {"dead": 1, "retrying": 2, "pending": 5, "ru
           "near_exhaustion": 1, "objects": 9, "resident": 5,
           "executions": {"needs_human": 1, "suspended": 1, "succeeded": 1},
           "needs_human": 1, "faults": 2}
+
+# A fleet of three on PostgreSQL, seen from node-a: node-c stopped renewing 47 s ago.
+NODES: list[dict[str, Any]] = [
+    {"node_id": "node-a", "address": "10.0.0.11:7071", "started_ms": NOW - 3 * 3600 * S,
+     "renewed_ms": NOW - 1_200, "stopped_ms": None, "shards": 32, "up": True,
+     "renewed_ago_ms": 1_200, "this": True, "state": "up"},
+    {"node_id": "node-b", "address": "10.0.0.12:7071", "started_ms": NOW - 3 * 3600 * S,
+     "renewed_ms": NOW - 3_400, "stopped_ms": None, "shards": 32, "up": True,
+     "renewed_ago_ms": 3_400, "this": False, "state": "up"},
+    {"node_id": "node-c", "address": "10.0.0.13:7071", "started_ms": NOW - 2 * 3600 * S,
+     "renewed_ms": NOW - 47 * S, "stopped_ms": None, "shards": 0, "up": False,
+     "renewed_ago_ms": 47 * S, "this": False, "state": "down"},
+]
+FLEET_COUNTS: dict[str, Any] = {**COUNTS, "nodes": {"total": 3, "down": 1,
+                                                    "node_id": "node-a", "fleet": True}}
 
 
 INPUTS: dict[str, Any] = {
@@ -212,15 +228,15 @@ DETAILS: dict[str, dict[str, Any]] = {
 }
 
 
-def frames() -> list[dict[str, Any]]:
+def frames(counts: dict[str, Any] = COUNTS) -> list[dict[str, Any]]:
     """What the fake server sends: welcome, snapshot, then one delta per sparkline step."""
     out: list[dict[str, Any]] = [
         {"type": "welcome", "role": "operator", "protocol": 1},
-        {"type": "snapshot", "at_ms": NOW, "seq": 0, "counts": COUNTS, "alarms": ALARMS,
+        {"type": "snapshot", "at_ms": NOW, "seq": 0, "counts": counts, "alarms": ALARMS,
          "executions": EXECUTIONS, "faults": FAULTS}]
     per = -(-len(EVENTS) // len(FIRES))
     for i, (fires, failures) in enumerate(zip(FIRES, FAILURES), start=1):
-        out.append({"type": "delta", "seq": i, "at_ms": NOW, "counts": COUNTS, "alarms": [],
+        out.append({"type": "delta", "seq": i, "at_ms": NOW, "counts": counts, "alarms": [],
                     "executions": [], "events": EVENTS[(i - 1) * per:i * per],
                     "fires": fires, "failures": failures, "faults": FAULTS})
     return out
@@ -232,9 +248,10 @@ LAST_SEQ = len(FIRES)
 class FakeOpsClient:
     """An `OpsClient` over the fixed data above; `commands` records what was asked."""
 
-    def __init__(self, role: str = "operator") -> None:
+    def __init__(self, role: str = "operator", fleet: bool = False) -> None:
         self.role: str | None = None
         self._role = role
+        self.fleet = fleet  # a fleet of three nodes (one down), not one SQLite node
         self.commands: list[tuple[str, dict[str, Any]]] = []
         self._closed = asyncio.Event()
 
@@ -245,7 +262,7 @@ class FakeOpsClient:
         self._closed.set()
 
     async def frames(self) -> AsyncIterator[dict[str, Any]]:
-        for frame in frames():
+        for frame in frames(FLEET_COUNTS if self.fleet else COUNTS):
             if frame["type"] == "welcome":
                 frame = {**frame, "role": self._role}
             yield frame
@@ -308,6 +325,17 @@ class FakeOpsClient:
                 and (not filter or filter in f"{f['id']} {f['target']} {f['kind']}")]
         return listed("faults", rows, offset, limit, sort, desc)
 
+    def _nodes(self, offset: int = 0, limit: int = 50, filter: str | None = None,
+               sort: str | None = None, desc: bool = False) -> dict[str, Any]:
+        every = NODES if self.fleet else [{
+            "node_id": NODE, "address": None, "shards": None, "up": True,
+            "renewed_ago_ms": None, "this": True, "state": "up"}]
+        rows = [r for r in every if not filter or filter in f"{r['node_id']} {r['address']}"]
+        if sort is None:  # the server's own order: down ones first
+            rows = sort_rows("nodes", rows, "state", False)
+        return {**listed("nodes", rows, offset, limit, sort, desc), "now_ms": NOW,
+                "node_id": "node-a" if self.fleet else NODE}
+
 
 def listed(listing: str, rows: list[dict[str, Any]], offset: int, limit: int,
            sort: str | None, desc: bool) -> dict[str, Any]:
@@ -324,8 +352,9 @@ def frozen_console_clock() -> Iterator[None]:
         yield
 
 
-def fake_console(role: str = "operator", read_only: bool = False) -> AlarmtopApp:
-    return AlarmtopApp(FakeOpsClient(role), target=TARGET, read_only=read_only)
+def fake_console(role: str = "operator", read_only: bool = False,
+                 fleet: bool = False) -> AlarmtopApp:
+    return AlarmtopApp(FakeOpsClient(role, fleet), target=TARGET, read_only=read_only)
 
 
 # -- how to reach each view, shared by the snapshot tests and make_screenshots.py ----------
@@ -384,6 +413,7 @@ class Scene:
     name: str  # also the screenshot's file name
     what: str  # what the picture shows
     run_before: Callable[[Pilot[Any]], Awaitable[None]]
+    fleet: bool = False  # the console's server is a node of a fleet of three, one down
 
 
 def _detail_ready(p: Pilot[Any]) -> bool:
@@ -419,6 +449,9 @@ SCENES = [
           _scene("7", lambda p: rows(p, "#audit-table") == len(AUDIT))),
     Scene("events", "the live event log, failures in red and retries in yellow",
           _scene("8", lambda p: len(p.app.screen.query_one(RichLog).lines) == len(EVENTS))),
+    Scene("nodes", "a fleet of three seen from node-a: node-c DOWN (no renewal for 47 s, "
+          "its shards taken over), the header warning NODES 3 (1 DOWN)",
+          _scene("0", lambda p: rows(p, "#node-table") == len(NODES)), fleet=True),
     Scene("help", "the help over the overview: every key and what it does",
           _scene("question_mark", lambda p: type(p.app.screen).__name__ == "HelpScreen")),
 ]

@@ -22,7 +22,7 @@ DEFAULT_DIR = Path(__file__).resolve().parents[2] / "screenshots"
 
 async def save(scene: Scene, suffix: str, out_dir: Path) -> Path:
     """Run the console on the fake backend, reach the scene, save its SVG."""
-    app = fake_console()
+    app = fake_console(fleet=scene.fleet)
     async with app.run_test(size=SIZES[suffix]) as pilot:
         await scene.run_before(pilot)
         # The same settling as pytest-textual-snapshot before it takes its picture.

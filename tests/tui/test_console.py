@@ -225,7 +225,8 @@ async def test_objects_audit_and_event_views_show_server_data(harness: Harness) 
                     and len(table_keys(pilot, "#audit-table")) == 1, "the audit row")
         (key,) = table_keys(pilot, "#audit-table")
         row = cell_text(pilot, "#audit-table", key)
-        assert row[2:6] == ["operator", "rearm", dead, "ok"]
+        assert row[3:7] == ["operator", "rearm", dead, "ok"]
+        assert row[1] == harness.rt.backend.node_id  # type: ignore[attr-defined]
         await pilot.press("8")
         await until(pilot, lambda: isinstance(pilot.app.screen, EventsScreen)
                     and any("operator.rearm" in line.text

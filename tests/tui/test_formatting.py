@@ -276,12 +276,13 @@ def test_audit_cells_show_a_callbacks_execution() -> None:
     row = {"seq": 2, "at_ms": 1_800_000_000_000, "actor": "127.0.0.1:50412",
            "role": "operator", "action": "send_callback", "target": "cb1.WyJoc2Yi",
            "execution_id": "hsf-day2", "reason": None, "ok": True}
-    assert audit_cells(row) == ("08:00:00", "127.0.0.1:50412", "operator", "send_callback",
-                                "hsf-day2 (callback)", "ok", "-")
+    assert audit_cells(row) == ("08:00:00", "-", "127.0.0.1:50412", "operator",
+                                "send_callback", "hsf-day2 (callback)", "ok", "-")
     refused = {**row, "execution_id": None, "target": "Flaky/p-7", "ok": False,
-               "reason": "x" * 60}
+               "reason": "x" * 60, "node": "node-b"}
     cells = audit_cells(refused, width=20)
-    assert cells[4:6] == ("Flaky/p-7", "refused") and len(cells[6]) == 20
+    assert cells[1] == "node-b"  # the node that ran it
+    assert cells[5:7] == ("Flaky/p-7", "refused") and len(cells[7]) == 20
 
 
 def test_fault_cells() -> None:

@@ -535,7 +535,7 @@ async def test_a_callbacks_audit_row_names_its_execution(harness: Harness) -> No
         await until(pilot, lambda: isinstance(pilot.app.screen, AuditScreen)
                     and len(table_keys(pilot, "#audit-table")) == 1, "the audit row")
         (key,) = table_keys(pilot, "#audit-table")
-        assert cell_text(pilot, "#audit-table", key)[4] == f"{eid} (callback)"
+        assert cell_text(pilot, "#audit-table", key)[5] == f"{eid} (callback)"
         await settle_workers(pilot)
 
 

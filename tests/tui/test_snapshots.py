@@ -41,7 +41,8 @@ def test_view(snap_compare: SnapCompare, case: tuple[object, str]) -> None:
     """Each scene's `what` says what its picture shows; at 80x24 the urgent counts and
     ? and q are on screen in every one."""
     scene, suffix = case
-    assert snap_compare(fake_console(), terminal_size=SIZES[suffix],
+    assert snap_compare(fake_console(fleet=scene.fleet),  # type: ignore[attr-defined]
+                        terminal_size=SIZES[suffix],
                         run_before=scene.run_before)  # type: ignore[attr-defined]
 
 

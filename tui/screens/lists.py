@@ -79,7 +79,7 @@ class FaultsScreen(ListScreen):
 class AuditScreen(ListScreen):
     def make_panes(self) -> list[ListPane]:
         return [ListPane("audit-table", AUDIT, "Audit log (who, when, what, why)",
-                         kinds=("audit",), size=PAGE, stylers={5: ok_style})]
+                         kinds=("audit",), size=PAGE, stylers={6: ok_style})]
 
     def body(self) -> ComposeResult:
         yield self.panes[0].table
@@ -174,6 +174,7 @@ HELP = """\
 # alarmtop keys
 
 - `1`..`8` views: overview, alarms, executions, objects, dead letters, faults, audit, events
+- `0` nodes: the fleet's nodes, up or DOWN, with their shards and last lease renewal
 - `/` filter this view by text (each view keeps its own; the event log too)
 - `s` sort this view by its next column, by the real value; `S` reverse it
 - `escape` clear this view's filter and sort; close a dialog or a detail
@@ -189,8 +190,9 @@ HELP = """\
 - `?` this help, `q` quit
 
 The urgent counts (DEAD, NEAR-EXH, RETRYING, NEEDS-HUMAN) stay in the header in
-every view. The cursor follows its row as rows move; the status line says when
-the row left the view. An action names its target when it asks and when it is
+every view; on a fleet, so does the node count, on red when one is down. The
+cursor follows its row as rows move; the status line says when the row left the
+view. An action names its target when it asks and when it is
 done. With `--read-only` or a viewer token every action is hidden and refused.
 """
 

@@ -92,7 +92,7 @@ class TargetScreen(ActionsMixin, ListScreen):
         return [ListPane("target-faults", FAULTS, "Faults on it", kinds=("faults",),
                          fixed=target, size=100, stylers={}),
                 ListPane("target-audit", AUDIT, "Audit rows about it", kinds=("audit",),
-                         fixed=target, size=100, stylers={5: ok_style})]
+                         fixed=target, size=100, stylers={6: ok_style})]
 
     def body(self) -> ComposeResult:
         with TabbedContent(id="target-tabs"):

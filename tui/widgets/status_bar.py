@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.events import Resize
 from textual.widgets import Static
 
+from alarmtop.tui.fleet import nodes_header
 from alarmtop.tui.formatting import STATE_STYLE, count, duration, sparkline
 from alarmtop.tui.state import ConsoleState
 
@@ -61,16 +62,26 @@ def _connection(state: ConsoleState) -> Text:
     return Text(f" {state.status.upper()} ", style="bold white on red")
 
 
+def _nodes(state: ConsoleState) -> Text:
+    """The fleet's node count and a warning when one is down, with a gap after it
+    (nothing on SQLite)."""
+    text = nodes_header(state.counts)
+    return Text.assemble(text, "  ") if text else text
+
+
 def status_text(state: ConsoleState, target: str, role: str, width: int = 160) -> Text:
     """Both header lines for a terminal `width` columns wide, each cut to fit."""
     brand = Text(" alarmtop ", style="bold reverse")
     if width >= WIDE:
         first = Text.assemble(brand, f"  {target}  ", (role, "bold"), "  ",
                               _connection(state), f"  {totals(state)}")
-        second = Text.assemble(urgent_counts(state), " ", faults(state), "   ", rates(state))
+        second = Text.assemble(urgent_counts(state), " ", _nodes(state), faults(state), "   ",
+                               rates(state))
     else:
         first = Text.assemble(brand, " ", urgent_counts(state, ""), " ", (role, "bold"))
-        second = Text.assemble(_connection(state), " ", faults(state), "  ", target, "  ",
+        # A node down is urgent: it comes first on the second line, where it is not cut.
+        second = Text.assemble(_connection(state), " ", _nodes(state), faults(state), "  ",
+                               target, "  ",
                                totals(state), "  ", rates(state))
     for line in (first, second):
         line.truncate(max(1, width), overflow="ellipsis")

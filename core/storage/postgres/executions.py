@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
@@ -32,18 +32,126 @@ if TYPE_CHECKING:
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
+_UPSERT_EXECUTION = (
+    f"INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, updated_ms, "
+    "data) VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (id) DO UPDATE SET name = "
+    "EXCLUDED.name, version = EXCLUDED.version, status = EXCLUDED.status, created_ms = "
+    "EXCLUDED.created_ms, updated_ms = EXCLUDED.updated_ms, data = EXCLUDED.data")
+_UPSERT_OP = (f"INSERT INTO {SCHEMA}.operations (execution_id, op_id, data) VALUES ($1,$2,$3) "
+              "ON CONFLICT (execution_id, op_id) DO UPDATE SET data = EXCLUDED.data")
+_INSERT_EVENT = (f"INSERT INTO {SCHEMA}.history (execution_id, event_id, data) VALUES "
+                 "($1,$2,$3)")
+_UPSERT_MARK = (f"INSERT INTO {SCHEMA}.execution_marks (execution_id, key, value) VALUES "
+                "($1,$2,$3) ON CONFLICT (execution_id, key) DO UPDATE SET value = "
+                "EXCLUDED.value")
+_DELETE_TIMERS = (f"DELETE FROM {SCHEMA}.execution_timers WHERE execution_id = $1 AND "
+                  "op_id = $2")
+_UPSERT_TIMER = (f"INSERT INTO {SCHEMA}.execution_timers (execution_id, op_id, kind, due_ms, "
+                 "name) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (execution_id, op_id, kind) DO "
+                 "UPDATE SET due_ms = EXCLUDED.due_ms, name = EXCLUDED.name")
+
+
+class CheckpointRows:
+    """The rows of one checkpoint, written by calling it with the transaction's
+    connection. A run of plain checkpoints in one batch (no redrive's drops, no end
+    of an execution) is written as one statement per table (`merged`): each
+    statement is a round trip, and a group commit of 50 executions' steps would
+    otherwise spend most of its time waiting on them."""
+
+    __slots__ = ("dropped", "dropped_marks", "ev_rows", "execution_id", "finished",
+                 "mark_rows", "merged", "op_rows", "rec_row", "timer_keys", "timer_rows")
+
+    def __init__(self, execution_id: str, rec_row: tuple[Any, ...] | None,
+                 op_rows: list[tuple[Any, ...]], ev_rows: list[tuple[Any, ...]],
+                 mark_rows: list[tuple[Any, ...]], dropped: list[tuple[str, str]],
+                 dropped_marks: list[tuple[str, str]], finished: bool,
+                 timer_keys: list[tuple[str, str]], timer_rows: list[tuple[Any, ...]]) -> None:
+        self.execution_id, self.rec_row, self.op_rows = execution_id, rec_row, op_rows
+        self.ev_rows, self.mark_rows, self.dropped = ev_rows, mark_rows, dropped
+        self.dropped_marks, self.finished = dropped_marks, finished
+        self.timer_keys, self.timer_rows = timer_keys, timer_rows
+        plain = not (dropped or dropped_marks or finished)
+        self.merged: Callable[[PgConn, Sequence[Any]], Awaitable[None]] | None = (
+            write_merged if plain else None)
+
+    async def __call__(self, conn: PgConn) -> None:
+        if self.dropped:
+            await conn.executemany(f"DELETE FROM {SCHEMA}.operations WHERE execution_id = $1 "
+                                   "AND op_id = $2", self.dropped)
+            await conn.executemany(_DELETE_TIMERS, self.dropped)
+        if self.dropped_marks:
+            await conn.executemany(f"DELETE FROM {SCHEMA}.execution_marks WHERE "
+                                   "execution_id = $1 AND key = $2", self.dropped_marks)
+        if self.rec_row is not None:
+            await conn.execute(_UPSERT_EXECUTION, *self.rec_row)
+        if self.op_rows:
+            await conn.executemany(_UPSERT_OP, self.op_rows)
+        if self.ev_rows:
+            await conn.executemany(_INSERT_EVENT, self.ev_rows)
+        if self.mark_rows:
+            await conn.executemany(_UPSERT_MARK, self.mark_rows)
+        if self.finished:
+            await conn.execute(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
+                               "execution_id = $1", self.execution_id)
+            return
+        if self.timer_keys:
+            await conn.executemany(_DELETE_TIMERS, self.timer_keys)
+        if self.timer_rows:
+            await conn.executemany(_UPSERT_TIMER, self.timer_rows)
+
+
+async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
+    """Plain checkpoints, in their order, as one statement per table. Rows keep their
+    order (a later upsert of a key wins, as when written one by one); an op's timer
+    rows are the ones of the last checkpoint that carried the op, as they would be."""
+    parts: list[CheckpointRows] = []
+    for w in writes:
+        if isinstance(w, PgChainedWrite):
+            w.check()
+            w = w.fn
+        assert isinstance(w, CheckpointRows)
+        parts.append(w)
+    recs = [p.rec_row for p in parts if p.rec_row is not None]
+    ops = [r for p in parts for r in p.op_rows]
+    events = [r for p in parts for r in p.ev_rows]
+    marks = [r for p in parts for r in p.mark_rows]
+    timers: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    for p in parts:
+        for key in p.timer_keys:
+            timers[key] = []
+        for row in p.timer_rows:
+            timers.setdefault((row[0], row[1]), []).append(row)
+    if recs:
+        await conn.executemany(_UPSERT_EXECUTION, recs)
+    if ops:
+        await conn.executemany(_UPSERT_OP, ops)
+    if events:
+        await conn.executemany(_INSERT_EVENT, events)
+    if marks:
+        await conn.executemany(_UPSERT_MARK, marks)
+    if timers:
+        await conn.executemany(_DELETE_TIMERS, list(timers))
+        rows = [r for group in timers.values() for r in group]
+        if rows:
+            await conn.executemany(_UPSERT_TIMER, rows)
+
+
 class PgChainedWrite:
     """A write of the runtime database that belongs to a `LogChain` (see SQLite's)."""
 
-    __slots__ = ("chain", "fn")
+    __slots__ = ("chain", "fn", "merged")
 
     def __init__(self, fn: PgWrite, chain: LogChain) -> None:
         self.fn, self.chain = fn, chain
+        self.merged = getattr(fn, "merged", None)
 
-    async def __call__(self, conn: PgConn) -> None:
+    def check(self) -> None:
         if self.chain.broken:
             raise ChainBroken("an earlier checkpoint of this invocation was not written; "
                               "the invocation runs again from what was")
+
+    async def __call__(self, conn: PgConn) -> None:
+        self.check()
         await self.fn(conn)
 
     def refused(self) -> None:
@@ -97,47 +205,8 @@ class PgExecutionStore:
                            for t in execution_timers(record)]
         mark_rows = [(execution_id, k, v) for k, v in (marks or {}).items()]
 
-        async def write(conn: PgConn) -> None:
-            if dropped:
-                await conn.executemany(f"DELETE FROM {SCHEMA}.operations WHERE execution_id = $1 "
-                                       "AND op_id = $2", dropped)
-                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
-                                       "execution_id = $1 AND op_id = $2", dropped)
-            if dropped_marks:
-                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_marks WHERE "
-                                       "execution_id = $1 AND key = $2", dropped_marks)
-            if rec_row is not None:
-                await conn.execute(
-                    f"INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, "
-                    "updated_ms, data) VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (id) DO UPDATE "
-                    "SET name = EXCLUDED.name, version = EXCLUDED.version, status = "
-                    "EXCLUDED.status, created_ms = EXCLUDED.created_ms, updated_ms = "
-                    "EXCLUDED.updated_ms, data = EXCLUDED.data", *rec_row)
-            if op_rows:
-                await conn.executemany(
-                    f"INSERT INTO {SCHEMA}.operations (execution_id, op_id, data) VALUES "
-                    "($1,$2,$3) ON CONFLICT (execution_id, op_id) DO UPDATE SET data = "
-                    "EXCLUDED.data", op_rows)
-            if ev_rows:
-                await conn.executemany(f"INSERT INTO {SCHEMA}.history (execution_id, event_id, "
-                                       "data) VALUES ($1,$2,$3)", ev_rows)
-            if mark_rows:
-                await conn.executemany(f"INSERT INTO {SCHEMA}.execution_marks (execution_id, key, "
-                                       "value) VALUES ($1,$2,$3) ON CONFLICT (execution_id, key) "
-                                       "DO UPDATE SET value = EXCLUDED.value", mark_rows)
-            if finished:
-                await conn.execute(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
-                                   "execution_id = $1", execution_id)
-                return
-            if timer_keys:
-                await conn.executemany(f"DELETE FROM {SCHEMA}.execution_timers WHERE "
-                                       "execution_id = $1 AND op_id = $2", timer_keys)
-            if timer_rows:
-                await conn.executemany(
-                    f"INSERT INTO {SCHEMA}.execution_timers (execution_id, op_id, kind, due_ms, "
-                    "name) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (execution_id, op_id, kind) DO "
-                    "UPDATE SET due_ms = EXCLUDED.due_ms, name = EXCLUDED.name", timer_rows)
-
+        write = CheckpointRows(execution_id, rec_row, op_rows, ev_rows, mark_rows, dropped,
+                               dropped_marks, finished, timer_keys, timer_rows)
         return write if chain is None else PgChainedWrite(write, chain)
 
     async def marks(self, execution_id: str) -> dict[str, str]:
