@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarmtop.core.storage.postgres.backend import shard_of
 from tests.chaos.faults import RUNTIME_DB
 from tests.chaos.workload import (
     ALARM_RETRIES,
@@ -51,6 +52,7 @@ from tests.chaos.workload import (
     COMPENSATION_ATTEMPTS,
     CRASH_ERROR,
     FESTIVAL,
+    FLEET_SHARDS,
     HOTEL_ATTEMPTS,
     SETTLE_HORIZON_MS,
     TRIP,
@@ -393,6 +395,11 @@ def _check_extra_retries(rec: Record, obj: str, at: int,
             # On a fleet: a node's renewal ran past its lease (a pause, a starved
             # process), so another may have taken the shard and retried the attempt.
             report.extra_retries["late lease"] += 1
+        elif any(pos_a < p < pos_b and shard_of(tuple(obj.split("/", 1)), FLEET_SHARDS)
+                 in line["lost"] and not line["leaving"] for p, line in rec.kind["shards"]):
+            # A node found at a renewal that another holds some of its shards now:
+            # its attempt in flight there ended fenced out, and the new owner retried.
+            report.extra_retries["lease lost"] += 1
         else:
             report.add(f"alarm retried beyond its plan with no fault to explain it: {obj} at "
                        f"{at} ran retry {a['retry']} (ok={a['ok']}) at record line {pos_a} and "

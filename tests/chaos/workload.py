@@ -767,13 +767,18 @@ async def watch_leases(rt: Runtime, record: Record) -> None:
         changed(gained, lost)
 
     backend._changed = noted  # type: ignore[method-assign]
-    late = False
-    while True:
+    keep = backend.keep_leases_once
+
+    async def timed() -> None:
+        # A round that starts past the lease its last one wrote: the others may have
+        # taken this node's shards meanwhile (written before the round finds out).
         age_ms = time.time_ns() // 1_000_000 - backend._renewed_ms
-        if age_ms > backend.lease_ms and not late:
+        if backend._renewed_ms and age_ms > backend.lease_ms:
             record.write(k="lease_late", age_ms=age_ms, t=wall_us())
-        late = age_ms > backend.lease_ms
-        await asyncio.sleep(0.05)  # a watchdog's pace, on the wall clock like the leases
+        await keep()
+
+    backend.keep_leases_once = timed  # type: ignore[method-assign]
+    await asyncio.Event().wait()  # the hooks stay until the process is killed
 
 
 async def settled(rt: Runtime, load: Load) -> list[str]:
