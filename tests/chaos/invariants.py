@@ -31,6 +31,15 @@ The harness's faults widen two expectations, and only by what they explain:
 - nothing else: steps, checkpoints, keyed deliveries and the settle are judged as
   without locks.
 
+On a fleet (`fleet.py`) a kill is written as a ``kill`` line and counts as a crash
+for the retries; an attempt cut because its shard left its node (a ``handover``,
+or a loss found at a renewal: ``shards`` lines; a ``lease_late`` renewal) may be
+retried once more too, only for an object of that shard (the retries are counted
+by how). A call whose node went away during it (``unknown``) has an unknown
+outcome; one that failed with a lease or node error must have kept nothing, as
+any failed call. And no two nodes may have run one object's handlers at once
+(``span`` lines).
+
 The core bugs the harness found (`test_found_*.py` reproduce each) are fixed; their
 findings are plain violations like any other.
 """
@@ -239,6 +248,24 @@ class Record:
         return any(first_pos < p < last_pos for kind in ("boot", "kill", "boundary")
                    for p, _ in self.kind[kind])
 
+    def shard_moved(self, obj: str, first_pos: int, last_pos: int) -> str | None:
+        """On a fleet: how the shard of `obj` left a node between two record lines
+        ("hand-over" or "lease lost"), or None."""
+        cls, _, name = obj.partition("/")
+        shard = shard_of((cls, name), FLEET_SHARDS)
+        handed: set[str] = set()
+        for pos, line in sorted(self.kind["handover"] + self.kind["shards"],
+                                key=lambda x: x[0]):
+            if pos >= last_pos:
+                break
+            if line["k"] == "handover" and shard in line["shards"]:
+                handed.add(line["node"])
+            elif line["k"] == "shards" and shard in line["lost"]:
+                if pos > first_pos:
+                    return "hand-over" if line["node"] in handed else "lease lost"
+                handed.discard(line["node"])
+        return None
+
     def lock_between(self, db: str, first_pos: int, last_pos: int) -> bool:
         return any(lock.db in (RUNTIME_DB, db) and lock.spans(first_pos, last_pos)
                    for lock in self.locks)
@@ -395,11 +422,11 @@ def _check_extra_retries(rec: Record, obj: str, at: int,
             # On a fleet: a node's renewal ran past its lease (a pause, a starved
             # process), so another may have taken the shard and retried the attempt.
             report.extra_retries["late lease"] += 1
-        elif any(pos_a < p < pos_b and shard_of(tuple(obj.split("/", 1)), FLEET_SHARDS)
-                 in line["lost"] and not line["leaving"] for p, line in rec.kind["shards"]):
-            # A node found at a renewal that another holds some of its shards now:
-            # its attempt in flight there ended fenced out, and the new owner retried.
-            report.extra_retries["lease lost"] += 1
+        elif (how := rec.shard_moved(obj, pos_a, pos_b)) is not None:
+            # The object's shard left its node (handed over, or found taken at a
+            # renewal): an attempt in flight there ended fenced out, counted, and the
+            # new owner retried it.
+            report.extra_retries[how] += 1
         else:
             report.add(f"alarm retried beyond its plan with no fault to explain it: {obj} at "
                        f"{at} ran retry {a['retry']} (ok={a['ok']}) at record line {pos_a} and "

@@ -755,15 +755,15 @@ async def run(data_dir: Path, record_path: Path, seed: int, round_no: int,
 
 async def watch_leases(rt: Runtime, record: Record) -> None:
     """On a fleet: write down when this node's lease renewals run late (past the lease,
-    other nodes may take its shards while it still runs their handlers) and every
-    change of the shards it holds, for the checker and for whoever reads the record."""
+    other nodes may take its shards while it still runs their handlers), each clean
+    hand-over it starts and every change of the shards it holds, for the checker and
+    for whoever reads the record."""
     backend = rt.backend
     assert isinstance(backend, PostgresBackend)
     changed = backend._changed
 
     def noted(gained: set[int], lost: set[int]) -> None:
-        record.write(k="shards", gained=sorted(gained), lost=sorted(lost),
-                     leaving=sorted(backend.leaving), t=wall_us())
+        record.write(k="shards", gained=sorted(gained), lost=sorted(lost), t=wall_us())
         changed(gained, lost)
 
     backend._changed = noted  # type: ignore[method-assign]
@@ -778,6 +778,13 @@ async def watch_leases(rt: Runtime, record: Record) -> None:
         await keep()
 
     backend.keep_leases_once = timed  # type: ignore[method-assign]
+    hand_over = backend.hand_over
+
+    async def handing(shards: Any, to: str | None) -> None:
+        record.write(k="handover", shards=sorted(shards), to=to, t=wall_us())
+        await hand_over(shards, to)
+
+    backend.hand_over = handing  # type: ignore[method-assign]
     await asyncio.Event().wait()  # the hooks stay until the process is killed
 
 
