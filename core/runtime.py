@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from alarmtop.core import limits
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.dispatch import AlarmDispatcher
+from alarmtop.core.alarms.pause import check_snooze
 from alarmtop.core.alarms.policy import (
     DEFAULT_KEEP,
     AlarmRecord,
@@ -46,6 +47,7 @@ from alarmtop.core.objects.base import DurableObject
 from alarmtop.core.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.serialization import alarm_time_ms, json_copy
 from alarmtop.core.storage.interface import StorageBackend
+from alarmtop.core.storage.operator_store import operator_store_of
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
 from alarmtop.core.tasks import Supervisor, tracker_of
 
@@ -53,6 +55,8 @@ from alarmtop.core.tasks import Supervisor, tracker_of
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
                        "web_socket_error"})
 MAX_NAME_LENGTH = 256
+HELD_ACTIONS = frozenset({"pause", "resume", "snooze"})  # taken with the object's turn
+EXECUTION_OBJECTS = "Execution"  # durable.service.EXECUTION_CLASS, without importing it
 STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
 log = logging.getLogger("alarmtop.runtime")
 T = TypeVar("T")
@@ -154,10 +158,14 @@ class Runtime:
         self.backend: StorageBackend = backend or SqliteBackend(self.data_dir)
         self._classes: dict[str, type[DurableObject]] = {}
         self._policies: dict[str, RetryPolicy] = {}
+        # The operator tools' reads and writes of the runtime database (pauses, the
+        # timers board, bulk batches), on the alarm index's connection.
+        self.operator_store = operator_store_of(self.backend)
         self.scheduler = AlarmScheduler(
             self.backend.alarm_index, self.clock, self.events, self.policy_for, self.tasks,
             max_concurrent=max_concurrent_alarms, window_size=window_size,
-            sweep_interval_s=sweep_interval, rng=rng, keep_attempts=keep_attempts)
+            sweep_interval_s=sweep_interval, rng=rng, keep_attempts=keep_attempts,
+            paused_of=self.operator_store.paused)
         self.host = ObjectHost(self._classes, self.backend, self.scheduler, self.clock,
                                self.events, env, self.tasks, hibernate_after_s=hibernate_after,
                                max_resident=max_resident,
@@ -209,6 +217,8 @@ class Runtime:
                                  start_execution=start_execution,
                                  call_execution=call_execution, hooks=self.hooks)
         self.executions = Executions(engine, execution_stub, self.audit)
+        from alarmtop.core.bulk.service import BulkService
+        self.bulk = BulkService(self)  # bulk actions, durable batches (core/bulk)
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -331,6 +341,7 @@ class Runtime:
         await self.scheduler.start(self._dispatcher.fire, self._dispatcher.intent_of)
         self.host.start()
         self._cron.start()
+        await self.bulk.resume_open()  # batches a stop or a crash left open run on
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
         """Stop firing, hibernate every object, close storage: within `grace_s` seconds
@@ -480,7 +491,10 @@ class Runtime:
         if op == "operate":
             cls, name, action = str(request["cls"]), str(request["name"]), str(request["action"])
             await self._check_held(self._class_name(cls), name)
-            status = await self._operate_here(cls, name, action, request.get("at_ms"))
+            by_ms = request.get("by_ms")
+            status = await self._operate_here(
+                cls, name, action, request.get("at_ms"), reason=request.get("reason"),
+                by_ms=None if by_ms is None else int(by_ms))
             return status.to_dict()
         if op == "events":
             if self._event_ring is None:
@@ -670,21 +684,45 @@ class Runtime:
         """Drop a dead letter for good (it stays in the event log)."""
         return await self._operate_routed(cls, name, "clear", None)
 
+    async def pause_alarm(self, cls: type[DurableObject] | str, name: str,
+                          reason: str | None = None) -> AlarmStatus:
+        """Hold an alarm: it keeps its time, retry count and attempts and fires nothing
+        until `resume_alarm` (see `alarms.pause`). Pausing a paused alarm changes
+        nothing. An object that sets a new alarm meanwhile replaces the time and stays
+        paused; one that deletes its alarm removes the pause with it."""
+        return await self._operate_routed(cls, name, "pause", None, reason=reason)
+
+    async def resume_alarm(self, cls: type[DurableObject] | str, name: str,
+                           reason: str | None = None) -> AlarmStatus:
+        """Release a paused alarm; one that fell due while paused fires at once, with
+        the retry count it had."""
+        return await self._operate_routed(cls, name, "resume", None, reason=reason)
+
+    async def snooze_alarm(self, cls: type[DurableObject] | str, name: str, by_ms: int,
+                           reason: str | None = None) -> AlarmStatus:
+        """Move a pending or retrying alarm's next attempt `by_ms` later (from now, if it
+        is overdue), keeping its retries and attempts."""
+        return await self._operate_routed(cls, name, "snooze", None, reason=reason,
+                                          by_ms=check_snooze(by_ms))
+
     async def _operate_routed(self, cls: type[DurableObject] | str, name: str, action: str,
-                              at_ms: int | None) -> AlarmStatus:
+                              at_ms: int | None, **more: Any) -> AlarmStatus:
         """An operator's action runs where the alarm runs: on the node holding its shard."""
         self._check_running()
         key = (self._class_name(cls), check_object_name(name))
         data = await self._router.route(
-            key, lambda: self._operate_here(key[0], key[1], action, at_ms), "operate",
-            cls=key[0], name=key[1], action=action, at_ms=at_ms)
+            key, lambda: self._operate_here(key[0], key[1], action, at_ms, **more), "operate",
+            cls=key[0], name=key[1], action=action, at_ms=at_ms, **more)
         if isinstance(data, AlarmStatus):
             return data
         data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
         return AlarmStatus(**data)
 
     async def _operate_here(self, cls: str, name: str, action: str,
-                            at_ms: int | None) -> AlarmStatus:
+                            at_ms: int | None, reason: str | None = None,
+                            by_ms: int | None = None) -> AlarmStatus:
+        if action in HELD_ACTIONS:
+            return await self._operate_held(cls, name, action, reason, by_ms)
         if action == "re-arm":
             at = self.clock.now_ms() if at_ms is None else at_ms
             return await self._operate(cls, name, action,
@@ -700,6 +738,38 @@ class Runtime:
                 await self.scheduler.commit(rec.key, P.delete_alarm(rec))
             return await self._operate(cls, name, action, clear)
         raise InvalidArgument(f"unknown alarm action {action!r}")
+
+    async def _operate_held(self, cls: str, name: str, action: str, reason: str | None,
+                            by_ms: int | None) -> AlarmStatus:
+        """Pause, resume or snooze, holding the object's turn (it is not woken): no event
+        of the object commits an alarm change in between the read and the write."""
+        self._check_running()
+        key = (self._class_name(cls), check_object_name(name))
+        if key[0] == EXECUTION_OBJECTS:
+            raise InvalidArgument(f"{key[0]}/{key[1]} is an execution: pause it with "
+                                  "rt.executions.pause(id), move its timers with "
+                                  "rt.executions.move_timer(...)")
+        sched = self.scheduler
+        async with self.host.exclusive(key, f"with an operator's {action}"):
+            rec = await sched.lookup(key)
+            if rec is None:
+                raise NoAlarm(*key, action)
+            if action == "pause":
+                new = await sched.pause(rec, reason)
+            elif action == "resume":
+                new = await sched.resume(rec, reason)
+            else:
+                assert by_ms is not None
+                new = await sched.snooze(rec, by_ms, reason)
+        return self._status(new if new is not None else rec)
+
+    async def timers(self, limit: int = 100, after: Any = None) -> dict[str, Any]:
+        """The timers board: every pending alarm (paused ones too), execution wait,
+        callback deadline and retry, soonest first, overdue ones flagged; `rows`,
+        `next` (pass it as `after` for the next page) and `now_ms` (see `core.board`)."""
+        self._check_running()
+        from alarmtop.core.board import timers
+        return await timers(self, limit, after)
 
     async def sweep(self) -> int:
         """Run the sweeper now; returns how many overdue alarms it re-queued."""

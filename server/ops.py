@@ -48,6 +48,7 @@ from alarmtop.server.listing import (
     sort_rows,
     window,
 )
+from alarmtop.server.operator_ops import OPERATOR_COMMANDS, OPERATOR_QUERIES, OperatorTools
 from alarmtop.server.wire import OPS, Command, Hello, ProtocolError, split_object
 
 DEFAULT_PAGE = 50
@@ -56,7 +57,7 @@ SNAPSHOT_ROWS = 50
 QUERY_OPS = frozenset(op for op, (operator, _) in OPS.items() if not operator)
 # The runtime audits these itself, one row each with the client as actor.
 EXECUTION_OPS = (frozenset({"retry_compensation", "resolve", "abort", "hand_to_human"})
-                 | RUNTIME_AUDITED)
+                 | RUNTIME_AUDITED | OPERATOR_COMMANDS)
 TARGET_FIELDS = ("object", "target", "fault_id", "callback_id", "execution_id")
 MAX_AUDIT_TEXT = 500  # characters of client text kept in a row about a refused frame
 DEADLINE_S = 5.0  # a command's answer comes within this (alarmtop serve --command-timeout)
@@ -110,6 +111,7 @@ class OpsService:
         # finish after it was answered; `close()` ends whatever is left at shutdown.
         self.tasks = Supervisor(None, "ops commands")
         self._tools = ExecutionTools(runtime)
+        self._operator_tools = OperatorTools(runtime)  # audits its commands itself
         self.fleet = FleetView(runtime)  # the nodes, cached: the header asks every tick
         self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "rearm": self._rearm, "fire_now": self._fire_now,
@@ -155,6 +157,9 @@ class OpsService:
                     if cmd.op in TOOL_QUERIES:
                         return await self._tools.run(cmd.op, cmd.args, session.address,
                                                      session.role)
+                    if cmd.op in OPERATOR_QUERIES:
+                        return await self._operator_tools.run(cmd.op, cmd.args,
+                                                              session.address, session.role)
                     return await self._handlers[cmd.op](cmd.args)
             except TimeoutError:
                 raise CommandTimeout(f"{cmd.op}: no answer within the {self.deadline_s:g} s "
@@ -282,6 +287,9 @@ class OpsService:
         return {"callback_id": args["callback_id"], "outcome": outcome}
 
     async def _execution_action(self, cmd: Command, session: Session) -> Any:
+        if cmd.op in OPERATOR_COMMANDS:
+            return await self._operator_tools.run(cmd.op, cmd.args, session.address,
+                                                  session.role)
         if cmd.op in RUNTIME_AUDITED:
             return await self._tools.run(cmd.op, cmd.args, session.address, session.role)
         ex, eid = self.rt.executions, cmd.args["execution_id"]

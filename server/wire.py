@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from alarmtop.server.execution_ops import tool_ops
+from alarmtop.server.operator_ops import operator_ops
 
 PROTOCOL = 1
 MAX_FRAME_BYTES = 1 << 20  # websockets closes the connection (1009) above this
@@ -87,6 +88,7 @@ OPS: dict[str, tuple[bool, dict[str, Field]]] = {
                       "filter": _OPT_STR, **_SORTED}),  # the fleet (server/fleet_view.py)
 }
 OPS.update(tool_ops(Field))  # pause, resume, redrive, fork, ... (server/execution_ops.py)
+OPS.update(operator_ops(Field))  # alarm pause, timers board, bulk (server/operator_ops.py)
 OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)
 MAX_PAGE = 500
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual import events, work
@@ -30,11 +31,13 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from alarmtop.tui import collector
+from alarmtop.tui.bulk import BulkBook
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.commands import console_commands
 from alarmtop.tui.compat import compose_ahead, mode_started, restyle_pending
 from alarmtop.tui.listings import ServerListings
-from alarmtop.tui.messages import Reload, StateChanged
+from alarmtop.tui.marks import Marks
+from alarmtop.tui.messages import BulkChanged, Reload, StateChanged
 from alarmtop.tui.pacing import RedrawPacer
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen
 from alarmtop.tui.screens.base import ConsoleScreen
@@ -49,6 +52,7 @@ from alarmtop.tui.screens.lists import (
 from alarmtop.tui.screens.nodes import NodesScreen
 from alarmtop.tui.screens.overview import OverviewScreen
 from alarmtop.tui.screens.target import TargetScreen
+from alarmtop.tui.screens.timers import TimersScreen
 from alarmtop.tui.state import ConsoleState
 
 MAX_BACKOFF_S = 10.0
@@ -61,11 +65,30 @@ DONE = {"rearm": "re-armed {target}", "fire_now": "fired {target} now",
         "send_callback": "sent a result to {target}",
         "retry_compensation": "retrying the failed compensation of {target}",
         "resolve": "resolved {target} by hand", "abort": "aborted {target}",
-        "hand_to_human": "handed {target} to a human"}
+        "hand_to_human": "handed {target} to a human", "pause": "paused {target}",
+        "resume": "resumed {target}", "redrive": "redriving {target}",
+        "fork": "forked {target}", "complete_callback": "completed {target} by hand",
+        "pause_alarm": "paused the alarm of {target}",
+        "resume_alarm": "resumed the alarm of {target}", "snooze_alarm": "snoozed {target}",
+        "fire_timer": "fired {target} now", "snooze_timer": "snoozed {target}",
+        "bulk_start": "started {target}", "bulk_cancel": "cancelling {target}"}
 VERB = {"rearm": "re-arm", "fire_now": "fire now", "clear_dead_letter": "clear dead letter",
         "inject_fault": "inject fault", "clear_fault": "remove", "send_callback": "send",
         "retry_compensation": "retry compensation", "resolve": "resolve", "abort": "abort",
-        "hand_to_human": "hand to a human"}
+        "hand_to_human": "hand to a human", "pause": "pause", "resume": "resume",
+        "redrive": "redrive", "fork": "fork", "complete_callback": "complete",
+        "pause_alarm": "pause the alarm of", "resume_alarm": "resume the alarm of",
+        "snooze_alarm": "snooze", "fire_timer": "fire", "snooze_timer": "snooze",
+        "bulk_start": "start", "bulk_cancel": "cancel"}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an operator command came to: done (with the server's answer) or not (why)."""
+
+    ok: bool
+    data: Any = None
+    error: str = ""
 
 
 class AlarmtopApp(App[None]):
@@ -74,7 +97,8 @@ class AlarmtopApp(App[None]):
     MODES: ClassVar[dict[str, Any]] = {
         "overview": OverviewScreen, "alarms": AlarmsScreen, "executions": ExecutionsScreen,
         "objects": ObjectsScreen, "dead": DeadLettersScreen, "faults": FaultsScreen,
-        "audit": AuditScreen, "events": EventsScreen, "nodes": NodesScreen,
+        "audit": AuditScreen, "events": EventsScreen, "timers": TimersScreen,
+        "nodes": NodesScreen,
     }
     DEFAULT_MODE = "overview"
     # Below 120 columns a view's detail pane goes under its table (alarmtop.tcss) and the
@@ -90,6 +114,7 @@ class AlarmtopApp(App[None]):
         Binding("6", "switch_mode('faults')", "Faults", show=False, id="view-faults"),
         Binding("7", "switch_mode('audit')", "Audit", show=False, id="view-audit"),
         Binding("8", "switch_mode('events')", "Events", show=False, id="view-events"),
+        Binding("9", "switch_mode('timers')", "Timers", show=False, id="view-timers"),
         Binding("0", "switch_mode('nodes')", "Nodes", show=False, id="view-nodes",
                 tooltip="The fleet's nodes: up or down, shards owned, last renewal"),
         # Shown at the right end of every footer (widgets/footer.py), never scrolled away.
@@ -112,6 +137,8 @@ class AlarmtopApp(App[None]):
         # Snapshots received: one comes after each (re)connect, and pages fetched before
         # it may show data the server no longer has, so views key their pages by it.
         self.snapshots = 0
+        self.marks = Marks()  # rows marked for a bulk action, in every view, by identity
+        self.bulks = BulkBook()  # the bulk batches heard of (events, answers)
 
     # -- who we are ------------------------------------------------------------------------
 
@@ -223,6 +250,7 @@ class AlarmtopApp(App[None]):
                 async for frame in self.client.frames():
                     if frame.get("type") == "snapshot":
                         self.snapshots += 1  # before the views see it: pages are stale
+                    self._bulk_events(frame)
                     if self.state.apply(frame, time.monotonic()):
                         self.pacer.changed()
                         self._pace()
@@ -240,6 +268,16 @@ class AlarmtopApp(App[None]):
                 self.log.warning(f"feed: {reason}")
             await asyncio.sleep(backoff)
             backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    def _bulk_events(self, frame: dict[str, Any]) -> None:
+        """Bulk batches' progress from the frame's events, to the screen on top (the
+        progress view of that batch shows it)."""
+        for event in frame.get("events") or ():
+            if str(event.get("type", "")).startswith("bulk."):
+                batch = self.bulks.apply_event(event)
+                if batch is not None:
+                    with contextlib.suppress(ScreenStackError):
+                        self.screen.post_message(BulkChanged(batch))
 
     def redraw_soon(self) -> None:
         """Redraw the view when the pacer says, as after a frame: for answers that come
@@ -272,25 +310,33 @@ class AlarmtopApp(App[None]):
             self.notify(f"{op}: {exc}", severity="warning")
             return None
 
-    async def try_command(self, op: str, target: str, /, **args: Any) -> tuple[bool, str]:
+    async def perform(self, op: str, target: str, args: dict[str, Any], *,
+                      said: Callable[[Any], str] | None = None) -> Outcome:
         """An operator action on `target` (what the operator reads, say "Flaky/payments-0"
-        or "fault f1 (...)"): (done, the server's reason when not). What happened is
-        said, naming the target, in a notice and on the status line."""
+        or "fault f1 (...)"). What happened is said, naming the target, in a notice and
+        on the status line: `said(answer)` when given, else the op's own words."""
         if self.read_only:
             why = "this console is a viewer's" if self.state.role == "viewer" else (
                 "the console is read-only")
             self._say(f"{VERB.get(op, op)} {target} refused: {why}", "error")
-            return False, why
+            return Outcome(False, error=why)
         try:
-            await self.client.request(op, **args)
+            data = await self.client.request(op, **args)
         except (CommandError, Disconnected, TimeoutError) as exc:
             self._say(f"{VERB.get(op, op)} {target} failed: {exc}", "error")
-            return False, str(exc)
-        self._say(DONE.get(op, op + " {target}").format(target=target), "information")
+            return Outcome(False, error=str(exc))
+        text = said(data) if said is not None else DONE.get(op, op + " {target}").format(
+            target=target)
+        self._say(text, "information")
         view = self.active_view()
         if view is not None:
             view.post_message(Reload())
-        return True, ""
+        return Outcome(True, data)
+
+    async def try_command(self, op: str, target: str, /, **args: Any) -> tuple[bool, str]:
+        """`perform` as (done, the server's reason when not)."""
+        outcome = await self.perform(op, target, args)
+        return outcome.ok, outcome.error
 
     async def command(self, op: str, target: str, /, **args: Any) -> bool:
         return (await self.try_command(op, target, **args))[0]

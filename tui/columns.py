@@ -127,7 +127,7 @@ ALARMS = Listing(
     cells=lambda r, now, w: alarm_cells(r, now, w), default_sort="state")
 EXECUTIONS = Listing(
     "executions", "execution",
-    (Column("status", 13, "status"), Column("execution", 34, "execution", 24),
+    (Column("status", 14, "status"), Column("execution", 34, "execution", 24),
      Column("waiting on / saga", 0, "waiting", 30), Column("updated", 10, "updated", 9)),
     key=lambda r: str(r["execution_id"]),
     cells=lambda r, now, w: execution_cells(r, now, w), default_sort="status")

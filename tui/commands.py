@@ -18,6 +18,8 @@ from textual.screen import Screen
 from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.listed import ListScreen
 from alarmtop.tui.screens.lists import EventsScreen, FaultsScreen
+from alarmtop.tui.screens.marking import MarkingMixin
+from alarmtop.tui.screens.timers import TimersScreen
 
 if TYPE_CHECKING:
     from alarmtop.tui.app import AlarmtopApp
@@ -25,7 +27,8 @@ if TYPE_CHECKING:
 VIEWS = [("overview", "Overview", "1"), ("alarms", "Alarms", "2"),
          ("executions", "Executions", "3"), ("objects", "Objects", "4"),
          ("dead", "Dead letters", "5"), ("faults", "Faults", "6"), ("audit", "Audit log", "7"),
-         ("events", "Event log", "8"), ("nodes", "Nodes", "0")]
+         ("events", "Event log", "8"), ("timers", "Timers board", "9"),
+         ("nodes", "Nodes", "0")]
 # action: (title with {alarm} / {execution} / {fault}, help)
 ACTIONS: dict[str, tuple[str, str]] = {
     "rearm": ("Re-arm {alarm}", "A fresh retry ladder, first attempt now"),
@@ -39,6 +42,21 @@ ACTIONS: dict[str, tuple[str, str]] = {
     "abort": ("Abort {execution}", "End it as aborted; it runs nothing more"),
     "hand_to_human": ("Hand {execution} to a human", "Hold it until someone decides"),
     "clear_fault": ("Remove fault {fault}", "The target behaves again"),
+    "pause_execution": ("Pause {execution}", "It runs nothing until resumed"),
+    "resume_execution": ("Resume {execution}", "What fell due while paused runs now"),
+    "redrive": ("Redrive {execution}…", "From its first failed operation, after a replay check"),
+    "fork": ("Fork {execution} from an operation…", "A new execution, after a replay check"),
+    "replay_check": ("Replay check of {execution}", "Clean, or the first divergence"),
+    "pause_alarm": ("Pause the alarm of {alarm}", "Fire nothing until resumed"),
+    "resume_alarm": ("Resume the alarm of {alarm}", "Let it fire again"),
+    "snooze_alarm": ("Snooze the alarm of {alarm}…", "Move it later"),
+    "fire_timer": ("Fire {timer} now", "Run the timer's work at once"),
+    "snooze_timer": ("Snooze {timer}…", "Move the timer later"),
+    "mark": ("Mark or unmark {row}", "For a bulk action (space)"),
+    "unmark_all": ("Unmark all ({marked})", "Clear every mark (u)"),
+    "bulk": ("Bulk action on the marked ({marked})…", "Asks first, then shows progress (b)"),
+    "select_query": ("Select by query…", "See how many match, then act on them (m)"),
+    "batches": ("Progress of the latest bulk action", "Done, failed, left; cancel (B)"),
 }
 
 
@@ -48,6 +66,13 @@ def _names(screen: Screen[Any]) -> dict[str, str]:
         names["alarm"] = screen.selected_object() or ""
         names["execution"] = screen.execution_label()
         names["target"] = names["alarm"] or names["execution"]
+    if isinstance(screen, MarkingMixin):
+        target = screen.mark_target()
+        names["row"] = target[1] if target else ""
+        names["marked"] = screen.console.marks.summary() or "none marked"
+    if isinstance(screen, TimersScreen):
+        timer = screen.selected_timer()
+        names["timer"] = "" if timer is None else screen.label(timer)
     if isinstance(screen, FaultsScreen):
         fault = screen.selected_fault()
         names["fault"] = "" if fault is None else f"{fault['id']} ({fault['kind']} on " \

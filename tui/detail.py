@@ -74,6 +74,12 @@ def summary_text(d: dict[str, Any], now_ms: int) -> Text:
                f"started {relative(d.get('created_ms'), now_ms)}  "
                f"updated {relative(d.get('updated_ms'), now_ms)}  "
                f"ended {relative(d.get('ended_ms'), now_ms)}\n", style="dim")
+    if d.get("paused"):
+        out.append(f"PAUSED ({d.get('paused_reason') or 'no reason given'}, "
+                   f"{relative(d.get('paused_ms'), now_ms)}): it runs nothing until resumed "
+                   "(p); its timers keep their due times\n", style="bold magenta")
+    if d.get("redrives") or d.get("forked_from"):
+        out.append(_lineage(d) + "\n", style="cyan")
     if d.get("blocked_on"):
         out.append(f"waiting on: {d['blocked_on']}\n", style="yellow")
     if d.get("human_hold"):
@@ -82,6 +88,19 @@ def summary_text(d: dict[str, Any], now_ms: int) -> Text:
         err = d["error"]
         out.append(f"error: {err.get('ErrorType')}: {err.get('ErrorMessage')}\n", style="red")
     return out
+
+
+def _lineage(d: dict[str, Any]) -> str:
+    parts = []
+    if d.get("redrives"):
+        parts.append(f"redriven {d['redrives']} time{'s' if d['redrives'] != 1 else ''}")
+    source = d.get("forked_from")
+    if isinstance(source, dict):
+        parts.append(f"forked from {source.get('ExecutionId')} at operation "
+                     f"{source.get('FromOperationId')}")
+    elif source:
+        parts.append(f"forked from {source}")
+    return "; ".join(parts)
 
 
 def json_text(label: str, value: Any, max_lines: int | None = JSON_LINES) -> Text:
@@ -120,6 +139,12 @@ def callbacks_text(callbacks: list[dict[str, Any]]) -> Text:
                    f"{c.get('kind', ''):<14} ")
         out.append(f"{c.get('callback_id')}\n", style="dim")
     return out
+
+
+def callback_cells(c: dict[str, Any]) -> tuple[str, str, str, str]:
+    """name, status, kind, id: one callback as a row of the detail's table."""
+    return (str(c.get("name") or "-"), str(c.get("status", "?")), str(c.get("kind", "")),
+            str(c.get("callback_id")))
 
 
 def detail_text(d: dict[str, Any] | None, now_ms: int) -> Text:

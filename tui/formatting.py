@@ -24,6 +24,8 @@ SAGA_MARK = {"compensated": "✓", "resolved": "✎", "failed": "✗", "compensa
 SAGA_STYLE = {"compensated": "green", "resolved": "cyan", "failed": "bold red",
               "compensating": "yellow", "pending": "", "kept": "blue"}
 SPARK = "▁▂▃▄▅▆▇█"
+# After a state or status: the alarm or execution is paused (its state is unchanged).
+PAUSED_MARK = " ‖"
 
 
 def duration(ms: float | None) -> str:
@@ -93,8 +95,13 @@ def alarm_cells(row: dict[str, Any], now_ms: int,
         row.get("next_attempt_ms"), now_ms)
     nxt = relative(row.get("next_attempt_ms"), now_ms) if state in (
         "RETRYING", "NEAR-EXH") else "-"
-    return (state, str(row.get("object", "?")), due, retry_text(row), nxt,
+    return (paused_label(state, row), str(row.get("object", "?")), due, retry_text(row), nxt,
             first_line(row.get("last_error"), error_width))
+
+
+def paused_label(label: str, row: dict[str, Any]) -> str:
+    """A state or status label, marked when the row is paused."""
+    return label + PAUSED_MARK if row.get("paused") else label
 
 
 def saga_line(stack: Sequence[dict[str, Any]]) -> str:
@@ -121,8 +128,10 @@ def execution_cells(row: dict[str, Any], now_ms: int,
         # What failed, then the stack; the failure's own message (in parentheses) is in
         # the detail pane: at the front it pushed the stack out of the column.
         detail = f"{detail.split(' (', 1)[0]}  saga: {saga_line(row['saga'])}".strip()
-    return (label, f"{row.get('name')}/{row.get('execution_id')}", first_line(detail, width),
-            relative(row.get("updated_ms"), now_ms))
+    if row.get("paused"):
+        detail = f"paused; {detail}" if detail else "paused"
+    return (paused_label(label, row), f"{row.get('name')}/{row.get('execution_id')}",
+            first_line(detail, width), relative(row.get("updated_ms"), now_ms))
 
 
 def object_cells(row: dict[str, Any], now_ms: int,
@@ -131,7 +140,9 @@ def object_cells(row: dict[str, Any], now_ms: int,
     return (first_line(str(row.get("object", "?")), width),
             "resident" if row.get("resident") else "hibernated",
             "yes" if row.get("storage", True) else "no", str(row.get("sockets", 0)),
-            relative(row.get("alarm_ms"), now_ms), str(row.get("alarm_state") or "-"))
+            relative(row.get("alarm_ms"), now_ms),
+            str(row.get("alarm_state") or "-") + (PAUSED_MARK if row.get("alarm_paused")
+                                                 else ""))
 
 
 def clock_text(ms: int | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from alarmtop.tui.bulk import Batch
 from alarmtop.tui.state import ConsoleState
 
 
@@ -31,3 +32,15 @@ class Reload(Message):
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, Reload)
+
+
+class BulkChanged(Message):
+    """A bulk batch moved on (an event of the feed): its progress view shows it."""
+
+    def __init__(self, batch: Batch) -> None:
+        super().__init__()
+        self.batch = batch
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, BulkChanged) and message.batch.batch_id == \
+            self.batch.batch_id

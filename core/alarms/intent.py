@@ -91,7 +91,12 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
     - The record is the intent's own (the runtime's retries, dead letter, re-arm): a
       hint on it from a newer generation never committed, so it is dropped; the
       record runs when its own time has come.
+
+    A paused record never runs (it is never due, so it only gets here from a stale
+    window entry): it goes back, to be compared with the intent once resumed.
     """
+    if rec.paused_ms is not None:
+        return _WAIT
     if rec.gen > intent.gen:
         return Reconciled(Verdict.FIX, P.Transition(None, (P.ann(
             "alarm.reconciled", rec, action="never committed", gen=rec.gen),)))
@@ -109,7 +114,7 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
         unhinted = AlarmRecord(rec.object_class, rec.object_name, rec.scheduled_ms, rec.state,
                                rec.retry_count, rec.next_attempt_ms, rec.last_error,
                                rec.attempts, rec.started_ms, rec.gen, None, 0, rec.in_file,
-                               rec.attempt_count)
+                               rec.attempt_count, rec.paused_ms)
         if unhinted.attempt_due and (unhinted.next_attempt_ms or 0) <= now_ms:
             return Reconciled(Verdict.RUN, P.Transition(unhinted))
         return Reconciled(Verdict.FIX, P.Transition(unhinted, (P.ann(

@@ -12,10 +12,11 @@ import functools
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from alarmtop.core.alarms import intent as I
+from alarmtop.core.alarms import pause as Pause
 from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.alarms.window import DueWindow
@@ -36,6 +37,8 @@ from alarmtop.core.tasks import Supervisor, Wakeup
 _PENDING = object()
 FireFn = Callable[[AlarmRecord], Awaitable[None]]
 IntentOf = Callable[[AlarmRecord], Awaitable[I.Intent]]
+# The paused alarms this node runs, with since when: (key, paused_ms).
+PausedOf = Callable[[], Awaitable[list[tuple[AlarmKey, int]]]]
 
 
 class AlarmScheduler:
@@ -43,7 +46,8 @@ class AlarmScheduler:
                  policy_for: Callable[[str], RetryPolicy], tasks: Supervisor, *,
                  max_concurrent: int,
                  window_size: int, sweep_interval_s: float,
-                 rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP) -> None:
+                 rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP,
+                 paused_of: PausedOf | None = None) -> None:
         self.index = index
         # In a fleet: whether this node does a thing the whole fleet does once.
         self.once: Callable[[str, int], Awaitable[bool]] | None = None
@@ -76,6 +80,12 @@ class AlarmScheduler:
         # Classes with at least one object that has a database: objects of the others
         # certainly have none, so their intent is their row and no file is looked for.
         self._file_classes: set[str] = set()
+        # Paused alarms (since when), as of the writes submitted so far: a write made
+        # from a record that did not know of the pause (an object's new alarm, built
+        # without reading its row) keeps it (`pause.carry`). Paused rows are never due,
+        # so the window never holds them: this is where they are known.
+        self._paused_of = paused_of
+        self.paused: dict[AlarmKey, int] = {}
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -87,6 +97,7 @@ class AlarmScheduler:
         self._fire = fire
         self._intent_of = intent_of
         self._file_classes = set(await self.index.object_classes())
+        await self._load_paused()
         await self._recover_crashed()
         await self._refill()
         self._tasks = [self._supervisor.spawn(self._loop(), name="alarm-scheduler"),
@@ -102,6 +113,10 @@ class AlarmScheduler:
         for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
+
+    async def _load_paused(self) -> None:
+        if self._paused_of is not None:
+            self.paused = dict(await self._paused_of())
 
     async def _recover_crashed(self) -> None:
         while True:
@@ -150,10 +165,13 @@ class AlarmScheduler:
         """Stop running the alarms of objects this node no longer holds (an attempt in
         flight ends as it will: its writes are fenced out)."""
         self.window.drop(lost)
+        for key in [k for k in self.paused if lost(k)]:
+            del self.paused[key]
 
     async def reload(self) -> None:
         """This node holds more shards: their attempts cut short count as crashed, and the
         window is loaded again to take in their alarms."""
+        await self._load_paused()
         await self._recover_crashed()
         self.window.unload()
         self._wakeup.poke()
@@ -219,41 +237,114 @@ class AlarmScheduler:
         return await self.index.get(key)
 
     async def commit(self, key: AlarmKey, tr: P.Transition | None,
-                     extra: ExtraWrite | None = None, final: bool = False
-                     ) -> AlarmRecord | None:
+                     extra: ExtraWrite | None = None, final: bool = False, *,
+                     resume: bool = False) -> AlarmRecord | None:
         """Make a transition durable, then visible (window, events, wake the loop).
 
         `extra` (other tables of the runtime database) commits in the same transaction;
         with no transition, `extra` alone is written and the row is left as it is.
         `final`: this write is an object event's commit or follows it, so what it
         announces leaves at once (an earlier write's announcements wait in the event's
-        outbox until the object has committed).
+        outbox until the object has committed). `resume`: this write lifts a pause (it
+        is the one write a pause is not carried over).
         """
         if tr is None:
             if extra is not None:
                 await self._submit((), (), extra)
             return await self.lookup(key)
+        tr, was = self._held(key, tr, resume)
         if self._loading:
             self._changed[key] = _PENDING
         rec = tr.record
-        fut = self._submit((), (key,), extra) if rec is None else self._submit((rec,), (), extra)
+        try:
+            fut = self._submit((), (key,), extra) if rec is None else \
+                self._submit((rec,), (), extra)
+        except BaseException:
+            self._unheld(key, was)
+            raise
         try:
             await fut
         except asyncio.CancelledError:
             # The writer is cut off, the write goes on: when it lands the window must
             # learn of it all the same, or it would be behind the disk.
             if not fut.done():
-                fut.add_done_callback(functools.partial(self._landed, key, tr, final))
+                fut.add_done_callback(functools.partial(self._landed, [(key, tr, was)],
+                                                        final))
             elif not fut.cancelled() and fut.exception() is None:
                 self._apply(key, tr, final)
+            else:
+                self._unheld(key, was)
+            raise
+        except BaseException:
+            self._unheld(key, was)
             raise
         self._apply(key, tr, final)
         return rec
 
-    def _landed(self, key: AlarmKey, tr: P.Transition, final: bool,
+    def _held(self, key: AlarmKey, tr: P.Transition,
+              resume: bool = False) -> tuple[P.Transition, int | None]:
+        """The write as it goes out (a paused alarm stays paused, unless this is its
+        resume), and the pause known before it. The pause is noted when the write is
+        queued, not when it lands: any write queued after it keeps it."""
+        paused = self.paused
+        if not paused and (tr.record is None or tr.record.paused_ms is None):
+            return tr, None  # nothing is paused: the path of every firing
+        was = paused.get(key)
+        if not resume:
+            tr = Pause.carry(tr, was)
+        rec = tr.record
+        if rec is None or rec.paused_ms is None:
+            paused.pop(key, None)
+        else:
+            paused[key] = rec.paused_ms
+        return tr, was
+
+    def _unheld(self, key: AlarmKey, was: int | None) -> None:
+        """A write that did not land: the pause is as it was before it."""
+        if was is None:
+            self.paused.pop(key, None)
+        else:
+            self.paused[key] = was
+
+    async def commit_many(self, changes: Sequence[tuple[AlarmKey, P.Transition]],
+                          extra: ExtraWrite | None = None,
+                          resumes: frozenset[AlarmKey] = frozenset()) -> None:
+        """Make several transitions durable in one write, with `extra` (the bulk
+        actions' item rows and audit), then visible; as `commit` does for one (the keys
+        in `resumes` lift their pause)."""
+        held: list[tuple[AlarmKey, P.Transition, int | None]] = []
+        for key, tr in changes:
+            out, was = self._held(key, tr, key in resumes)
+            held.append((key, out, was))
+        puts = [tr.record for _, tr, _ in held if tr.record is not None]
+        deletes = [key for key, tr, _ in held if tr.record is None]
+        if self._loading:
+            for key, _, _ in held:
+                self._changed[key] = _PENDING
+        fut = self._submit(puts, deletes, extra)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if not fut.done():  # the write goes on: the window learns of it when it lands
+                fut.add_done_callback(functools.partial(self._landed, held, True))
+            else:
+                self._landed(held, True, fut)
+            raise
+        except BaseException:
+            for key, _, was in reversed(held):
+                self._unheld(key, was)
+            raise
+        for key, tr, _ in held:
+            self._apply(key, tr, True)
+
+    def _landed(self, held: list[tuple[AlarmKey, P.Transition, int | None]], final: bool,
                 fut: asyncio.Future[None]) -> None:
-        if not fut.cancelled() and fut.exception() is None:
-            self._apply(key, tr, final)
+        ok = not fut.cancelled() and fut.exception() is None
+        for key, tr, was in held:
+            if ok:
+                self._apply(key, tr, final)
+            else:
+                self._unheld(key, was)
 
     def _apply(self, key: AlarmKey, tr: P.Transition, final: bool = False) -> None:
         """A transition is durable: the window, the bus and the loop learn of it."""
@@ -404,7 +495,22 @@ class AlarmScheduler:
         return await self.commit(rec.key, P.rearm(rec, at_ms))
 
     async def fire_now(self, rec: AlarmRecord) -> AlarmRecord | None:
+        Pause.refuse_fire_now(rec)
         return await self.commit(rec.key, P.fire_now(rec, self._clock.now_ms()))
+
+    async def pause(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
+        return await self.commit(rec.key, Pause.pause(rec, self._clock.now_ms(), reason))
+
+    async def resume(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
+        tr = Pause.resume(rec, self._clock.now_ms(), reason)
+        if tr is None:
+            return await self.lookup(rec.key)
+        return await self.commit(rec.key, tr, resume=True)
+
+    async def snooze(self, rec: AlarmRecord, by_ms: int,
+                     reason: str | None = None) -> AlarmRecord | None:
+        return await self.commit(rec.key, Pause.snooze(rec, self._clock.now_ms(), by_ms,
+                                                       reason))
 
     # -- the sweeper ----------------------------------------------------------------------
 

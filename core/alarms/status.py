@@ -21,6 +21,8 @@ class AlarmStatus:
     max_retries: int
     near_exhaustion: bool
     attempt_count: int = 0  # every failed attempt; `attempts` keeps the first few and the last
+    paused: bool = False  # held by an operator: fires nothing until resumed (state unchanged)
+    paused_ms: int | None = None  # since when
 
     @property
     def object(self) -> str:
@@ -32,7 +34,8 @@ class AlarmStatus:
                            rec.retry_count, rec.next_attempt_ms, rec.last_error,
                            list(rec.attempts), policy.max_retries,
                            is_near_exhaustion(rec, policy),
-                           max(rec.attempt_count, len(rec.attempts)))
+                           max(rec.attempt_count, len(rec.attempts)),
+                           rec.paused_ms is not None, rec.paused_ms)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -515,6 +515,49 @@ class ExecutionObject(DurableObject):
         self.engine.announce(rec, f"execution.{action}d", reason=reason, by=actor)
         return {"execution_id": rec.id, "status": rec.status.value, "paused": bool(rec.paused)}
 
+    async def move_timer(self, op_id: str | None, kind: str, at_ms: int,
+                         actor: str) -> dict[str, Any]:
+        """Move one of the execution's timers (a row of `timers`) to `at_ms`: fire it now
+        or snooze it. Nothing runs here: the alarm is pointed at the soonest timer, and
+        a paused execution keeps the new time for its resume."""
+        from alarmtop.core.durable.timers import EXECUTION_TIMER, execution_timers, op_timers
+        st = await self._state_or_fail()
+        rec = st.record
+        if rec.finished:
+            raise InvalidExecutionState(f"execution {rec.id!r} is {rec.status.value}; it has no "
+                                        "timers")
+        ops: list[OperationRecord] = []
+        if not op_id or op_id == EXECUTION_TIMER:
+            if not any(t.kind == kind for t in execution_timers(rec)):
+                raise InvalidExecutionState(f"execution {rec.id!r} has no {kind} timer")
+            # The timeout counts from its start: moving the start moves the deadline.
+            start = rec.created_ms if rec.timeout_start_ms is None else rec.timeout_start_ms
+            before = rec.timeout_at_ms
+            assert before is not None
+            rec.timeout_start_ms = start + (at_ms - before)
+        else:
+            op = st.ops.get(op_id)
+            if op is None or not any(t.kind == kind for t in op_timers(op)):
+                raise InvalidExecutionState(f"execution {rec.id!r} has no pending {kind} timer "
+                                            f"on operation {op_id!r} (it may have fired)")
+            before = {"wait": op.scheduled_end_ms, "retry": op.next_attempt_ms,
+                      "poll": op.next_attempt_ms, "callback_timeout": op.timeout_at_ms,
+                      "heartbeat": op.heartbeat_at_ms}.get(kind)
+            if kind == "wait":
+                op.scheduled_end_ms = at_ms
+            elif kind in ("retry", "poll"):
+                op.next_attempt_ms = at_ms
+            elif kind == "callback_timeout":
+                op.timeout_at_ms = at_ms
+            else:
+                op.heartbeat_at_ms = at_ms
+            ops.append(op)
+        await self._save_and_rearm(st, ops)
+        self.engine.announce(rec, "execution.timer_moved", op_id=op_id or None, kind=kind,
+                             previous_ms=before, due_ms=at_ms, by=actor)
+        return {"execution_id": rec.id, "op_id": op_id or None, "kind": kind,
+                "previous_ms": before, "due_ms": at_ms, "paused": bool(rec.paused)}
+
     async def redrive(self, version: str | None, force: bool, deadline_s: float,
                       actor: str) -> dict[str, Any]:
         """Carry a failed or timed-out execution on from its first failed operation:

@@ -217,6 +217,45 @@ class OperatorTools:
 
     # -- timers ---------------------------------------------------------------------------
 
+    def engine_stub(self, execution_id: str) -> Any:
+        """The execution's object, for a caller that audits the action itself."""
+        return self._stub(execution_id)
+
+    async def move_timer(self, execution_id: str, op_id: str | None, kind: str, *,
+                         due_ms: int | None = None, by_ms: int | None = None,
+                         reason: str | None = None, actor: str = "api",
+                         role: str | None = None) -> dict[str, Any]:
+        """Move one timer of an execution (`op_id` None: its own timeout): to `due_ms`,
+        or `by_ms` later than it is (from now, when it is overdue): a snooze. With
+        neither, it falls due now: fire it. Audited."""
+        from alarmtop.core.alarms.pause import check_snooze, snoozed_until
+        from alarmtop.core.durable.timers import EXECUTION_TIMER
+
+        async def run() -> dict[str, Any]:
+            if due_ms is not None and by_ms is not None:
+                raise ValidationError("move_timer takes due_ms or by_ms, not both")
+            if due_ms is not None and (not isinstance(due_ms, int) or isinstance(due_ms, bool)):
+                raise ValidationError(f"due_ms is epoch milliseconds, not {due_ms!r}")
+            now = self.engine.clock.now_ms()
+            at = now if due_ms is None else due_ms
+            if by_ms is not None:
+                step = check_snooze(by_ms)
+                rows = await self.engine.store.timers(MAX_TIMERS_PAGE, None, execution_id)
+                mine = [r for r in rows if (r["op_id"] or EXECUTION_TIMER) ==
+                        (op_id or EXECUTION_TIMER) and r["kind"] == kind]
+                if not mine:
+                    raise ValidationError(f"execution {execution_id!r} has no pending {kind} "
+                                          f"timer on {op_id or 'itself'}")
+                at = snoozed_until(int(mine[0]["due_ms"]), now, step)
+            await self._record(execution_id)
+            out: dict[str, Any] = await self._stub(execution_id).move_timer(
+                op_id, kind, at, actor)
+            return out
+        return await self._audited("move_timer", execution_id, reason, actor, role,
+                                   {"op_id": op_id, "kind": kind, "due_ms": due_ms,
+                                    "by_ms": by_ms}, run)
+
+
     async def timers(self, limit: int = 100, after: Sequence[Any] | None = None,
                      execution_id: str | None = None) -> list[dict[str, Any]]:
         """Every pending execution timer (waits, step retries, condition polls,

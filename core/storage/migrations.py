@@ -157,6 +157,48 @@ RUNTIME_MIGRATIONS: list[str] = [
     """
     ALTER TABLE audit ADD COLUMN node TEXT
     """,
+    # Operator tools (issue 14): an operator's pause of an alarm (the alarm keeps its
+    # time and retries, and is never due while paused: its `due_ms` is NULL, so the
+    # paused ones get a small index of their own for the timers board), and bulk
+    # actions: a batch and the items it was started with, each item's outcome written
+    # in the same transaction as the change it made.
+    """
+    ALTER TABLE alarms ADD COLUMN paused_ms INTEGER;
+    CREATE INDEX alarms_paused ON alarms (next_attempt_ms, object_class, object_name)
+        WHERE paused_ms IS NOT NULL;
+    CREATE TABLE bulk_batches (
+        id TEXT PRIMARY KEY,
+        action TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        role TEXT,
+        reason TEXT,
+        note TEXT,
+        throttle INTEGER NOT NULL,
+        params TEXT NOT NULL,
+        total INTEGER NOT NULL DEFAULT 0,
+        done INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0,
+        cancelled INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL,
+        ended_ms INTEGER,
+        node TEXT,
+        prep_after TEXT
+    ) WITHOUT ROWID;
+    CREATE INDEX bulk_batches_status ON bulk_batches (status);
+    CREATE TABLE bulk_items (
+        batch_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error TEXT,
+        detail TEXT,
+        PRIMARY KEY (batch_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX bulk_items_status ON bulk_items (batch_id, status, seq)
+    """,
 ]
 
 def migrate(conn: sqlite3.Connection, migrations: list[str]) -> None:

@@ -33,10 +33,11 @@ WriteFn = Callable[[sqlite3.Connection], None]
 _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], WriteFn | None, "asyncio.Future[None]"]
 
 _COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
-            "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count")
+            "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count, "
+            "paused_ms")
 # `due_ms` is written with every row (the record's `due_ms`): what the due index orders.
 _UPSERT = (f"INSERT OR REPLACE INTO alarms ({_COLUMNS}, due_ms) "
-           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+           "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 _URGENCY = ("CASE state WHEN 'dead' THEN 0 WHEN 'retrying' THEN 1 WHEN 'running' THEN 2 "
             "ELSE 3 END")
 MAX_BATCH = 20_000
@@ -81,13 +82,19 @@ def _to_row(rec: AlarmRecord) -> tuple[Any, ...]:
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
             rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms,
             rec.gen, rec.hint_ms, rec.hint_gen, 1 if rec.in_file else 0, rec.attempt_count,
-            rec.due_ms)
+            rec.paused_ms, rec.due_ms)
 
 
 def _from_row(row: sqlite3.Row | tuple[Any, ...]) -> AlarmRecord:
     attempts = tuple(Attempt.from_dict(a) for a in json.loads(row[7])) if row[7] else ()
     return AlarmRecord(row[0], row[1], row[2], AlarmState(row[3]), row[4], row[5], row[6],
-                       attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13])
+                       attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13],
+                       row[14])
+
+
+# For the operator tools' own queries of the same table (`sqlite_operator`).
+ROW_COLUMNS = _COLUMNS
+record_of_row = _from_row
 
 
 class SqliteAlarmIndex:

@@ -112,7 +112,9 @@ async def test_executions_of_an_earlier_version_get_their_timers_by_migration(
     await rt.stop()
     conn = sqlite3.connect(data_dir / "runtime.sqlite")
     conn.executescript("DROP TABLE execution_timers; DROP TABLE execution_marks; "
-                       "ALTER TABLE audit DROP COLUMN node; "  # a later migration's
+                       "ALTER TABLE audit DROP COLUMN node; "  # later migrations'
+                       "DROP INDEX alarms_paused; ALTER TABLE alarms DROP COLUMN paused_ms; "
+                       "DROP TABLE bulk_batches; DROP TABLE bulk_items; "
                        f"UPDATE _alarmtop_schema SET version = {BEFORE_TIMERS};")
     conn.close()
     rt2 = await make_runtime()

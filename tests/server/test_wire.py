@@ -39,29 +39,38 @@ REQUIRED: dict[str, set[str]] = {
     "pause": {"execution_id"}, "resume": {"execution_id"}, "redrive": {"execution_id"},
     "fork": {"execution_id", "from_step"}, "complete_callback": {"callback_id"},
     "replay_check": {"execution_id"}, "execution_timers": set(),
+    # the operator tools (server/operator_ops.py)
+    "pause_alarm": {"object"}, "resume_alarm": {"object"}, "snooze_alarm": {"object", "by_ms"},
+    "fire_timer": {"key"}, "snooze_timer": {"key", "by_ms"}, "bulk_preview": {"selection"},
+    "bulk_start": {"action"}, "bulk_cancel": {"batch_id"}, "timers": set(),
+    "bulk": {"batch_id"}, "bulks": set(),
     "nodes": set(),  # the fleet (DESIGN section 10)
 }
-TOOL_OPERATOR_OPS = {"pause", "resume", "redrive", "fork", "complete_callback"}
+TOOL_OPERATOR_OPS = {"pause", "resume", "redrive", "fork", "complete_callback",
+                     "pause_alarm", "resume_alarm", "snooze_alarm", "fire_timer",
+                     "snooze_timer", "bulk_preview", "bulk_start", "bulk_cancel"}
 DESIGN_OPERATOR_OPS = {"rearm", "fire_now", "inject_fault", "clear_fault", "send_callback",
                        "retry_compensation", "resolve", "abort", "hand_to_human"}
 DESIGN_QUERIES = {"alarms", "objects", "executions", "execution", "audit", "nodes"}
 
 # A valid value, and values of the wrong type, for each declared field type.
 GOOD: dict[str, Any] = {"str": "Flaky/a", "int": 5, "number": 1.5, "bool": True,
-                        "any": {"k": 1}, "list": ["a", 1]}
+                        "any": {"k": 1}, "list": ["a", 1], "dict": {"kind": "alarms"}}
 BAD: dict[str, list[Any]] = {
     "str": [5, True, ["x"], {"s": 1}],
     "int": ["5", True, False, 1.5, [1]],
     "number": ["1.5", True, [1.0]],
     "bool": [1, 0, "true"],
     "list": ["a", 5, {"k": 1}],
+    "dict": ["a", 5, ["k"]],
 }
 
 
 def kind(t: type | tuple[type, ...]) -> str:
     if isinstance(t, tuple):
         return "number"
-    return {str: "str", int: "int", bool: "bool", object: "any", list: "list"}[t]
+    return {str: "str", int: "int", bool: "bool", object: "any", list: "list",
+            dict: "dict"}[t]
 
 
 def frame(op: str, cid: int | None = 7, **fields: Any) -> str:

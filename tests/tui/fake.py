@@ -20,7 +20,7 @@ from typing import Any
 from unittest import mock
 
 from textual.pilot import Pilot
-from textual.widgets import DataTable, RichLog, Static
+from textual.widgets import Button, DataTable, RichLog, Static
 
 from alarmtop.server.listing import check_sort, sort_rows
 from alarmtop.tui.app import AlarmtopApp
@@ -179,9 +179,12 @@ def _history(*entries: tuple[str, str]) -> list[dict[str, Any]]:
     """Events 250 ms apart, the first a minute ago."""
     out: list[dict[str, Any]] = [{"EventId": 1, "EventType": "ExecutionStarted",
                                   "EventTimestamp": stamp(NOW - 60 * S)}]
+    ids: dict[str, str] = {}  # each operation's id, in the order it first appears
     for kind, name in entries:
         ev: dict[str, Any] = {"EventId": len(out) + 1, "EventType": kind, "Name": name,
                               "EventTimestamp": stamp(NOW - 60 * S + 250 * len(out))}
+        if name and not kind.startswith(("Execution", "Invocation")):
+            ev["Id"] = ids.setdefault(name, str(len(ids) + 1))
         if kind == "StepFailed":
             ev["StepFailedDetails"] = {
                 "Error": {"Payload": {"ErrorType": "alarmtop.core.faults.InjectedFault",
@@ -226,6 +229,47 @@ DETAILS: dict[str, dict[str, Any]] = {
                             ("StepSucceeded", "start_streaming")),
     },
 }
+
+
+def timer(kind: str, target: str, due_ms: int, *, execution_id: str | None = None,
+          op_id: str | None = None, name: str | None = None, state: str = "pending",
+          paused: bool = False, retry: int | None = None) -> dict[str, Any]:
+    return {"key": [due_ms, kind, target, op_id or ""], "kind": kind, "target": target,
+            "object": None if execution_id else target, "execution_id": execution_id,
+            "op_id": op_id, "name": name, "due_ms": due_ms, "state": state,
+            "paused": paused, "retry_count": retry}
+
+
+# The timers board: alarms, a retry, waits, a callback deadline; one overdue, one paused.
+TIMERS = sorted([
+    timer("alarm", "LeaseLedger/tenant-9", NOW - 40 * S, state="pending", retry=0),
+    timer("retry", "ClickCounter/pricing", NOW + 3_100, state="retrying", retry=2),
+    timer("alarm", "LeaseLedger/tenant-7", NOW + 400, retry=0),
+    timer("alarm", "ClickCounter/home", NOW + 1_700, retry=0),
+    timer("wait", "nap/n-12", NOW - 95 * S, execution_id="n-12", op_id="2", name="cool_down",
+          state="suspended", paused=True),
+    timer("retry", "LeaseLedger/tenant-42", NOW + 63_800, state="retrying", retry=5),
+    timer("alarm", "LiveDashboard/main", NOW + 125 * S, retry=0),
+    timer("callback_timeout", "festival-stream/hsf-day1", NOW + 3_594 * S,
+          execution_id="hsf-day1", op_id="4", name="verdict", state="suspended"),
+    timer("wait", "festival-stream/hsf-day1", NOW + 3_600 * S, execution_id="hsf-day1",
+          op_id="5", name="until_doors_open", state="suspended"),
+], key=lambda r: r["due_ms"])
+REPLAY_DIVERGED: dict[str, Any] = {
+    "clean": False, "version": "2", "summary": "replay diverged at operation 2",
+    "replayed": 1, "recorded": 9, "stopped_at": None,
+    "divergence": {"op_id": "2", "index": 1,
+                   "recorded": {"type": "STEP", "kind": "Step", "name": "open_viewing_page"},
+                   "current": {"type": "STEP", "kind": "Step", "name": "open_viewing_pages"}}}
+BULK_SAMPLE = ["Flaky/payments-7", "Flaky/payments-8", "Flaky/payments-11",
+               "Flaky/payments-12", "Flaky/payments-19"]
+BULK: dict[str, Any] = {
+    "batch_id": "b-0117", "action": "rearm", "kind": "alarms", "status": "running",
+    "total": 1240, "done": 812, "failed": 3, "left": 425, "cancelled": 0, "in_flight": 32,
+    "failures": [{"key": f"Flaky/payments-{n}", "error": error} for n, error in (
+        (31, "NoAlarm: Flaky/payments-31 has no alarm (its object deleted it)"),
+        (57, "InvalidArgument: Flaky/payments-57 is not a dead letter any more (pending)"),
+        (88, "Busy: Flaky/payments-88 is held by another operator's action"))]}
 
 
 def frames(counts: dict[str, Any] = COUNTS) -> list[dict[str, Any]]:
@@ -318,6 +362,22 @@ class FakeOpsClient:
                 and (not filter or filter in f"{r['action']} {r['target']} {r['actor']}")]
         return listed("audit", rows, offset, limit, sort, desc)
 
+    def _timers(self, limit: int = 100, after: Any = None) -> dict[str, Any]:
+        return {"rows": TIMERS[:limit], "next": None, "now_ms": NOW}
+
+    def _replay_check(self, execution_id: str, version: str | None = None) -> dict[str, Any]:
+        return REPLAY_DIVERGED
+
+    def _bulk_preview(self, selection: dict[str, Any]) -> dict[str, Any]:
+        return {"count": BULK["total"], "sample": BULK_SAMPLE}
+
+    def _bulk_start(self, **args: Any) -> dict[str, Any]:
+        self.commands.append(("bulk_start", args))
+        return {**BULK, "done": 0, "failed": 0, "left": BULK["total"], "failures": []}
+
+    def _bulk(self, batch_id: str) -> dict[str, Any]:
+        return BULK
+
     def _faults(self, offset: int = 0, limit: int = 50, filter: str | None = None,
                 target: str | None = None, sort: str | None = None,
                 desc: bool = False) -> dict[str, Any]:
@@ -385,14 +445,16 @@ def text_of(pilot: Pilot[Any], selector: str) -> str:
     return str(pilot.app.screen.query_one(selector, Static).content)
 
 
-async def _idle_workers(pilot: Pilot[Any]) -> None:
-    await until(pilot, lambda: all(w.group == "feed" or w.is_finished
+async def _idle_workers(pilot: Pilot[Any], busy: tuple[str, ...] = ("feed",)) -> None:
+    """Only the worker groups `busy` still run (the feed; a key's worker while its form
+    is up)."""
+    await until(pilot, lambda: all(w.group in busy or w.is_finished
                                    for w in pilot.app.workers), "the console's workers")
 
 
 def _scene(keys: str | tuple[str, ...], ready: Callable[[Pilot[Any]], object],
-           between: Callable[[Pilot[Any]], object] = lambda p: True
-           ) -> Callable[[Pilot[Any]], Awaitable[None]]:
+           between: Callable[[Pilot[Any]], object] = lambda p: True,
+           busy: tuple[str, ...] = ("feed",)) -> Callable[[Pilot[Any]], Awaitable[None]]:
     """Press `keys` (waiting for `between` between two), then wait for `ready`."""
     async def run_before(pilot: Pilot[Any]) -> None:
         await fed(pilot)
@@ -403,7 +465,7 @@ def _scene(keys: str | tuple[str, ...], ready: Callable[[Pilot[Any]], object],
             if i < len(pressed) - 1:
                 await until(pilot, lambda: between(pilot), f"the view after {key}")
         await until(pilot, lambda: ready(pilot), f"the view behind {keys or 'start'}")
-        await _idle_workers(pilot)
+        await _idle_workers(pilot, busy)
         await pilot.pause()
     return run_before
 
@@ -414,6 +476,31 @@ class Scene:
     what: str  # what the picture shows
     run_before: Callable[[Pilot[Any]], Awaitable[None]]
     fleet: bool = False  # the console's server is a node of a fleet of three, one down
+
+
+def _selection(run: bool) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """m in view 5, state "dead", Preview (and Run)."""
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await fed(pilot)
+        await pilot.press("5")
+        await until(pilot, lambda: rows(pilot, "#alarm-page") == 1, "the dead letters")
+        await pilot.press("m")
+        await until(pilot, lambda: type(pilot.app.screen).__name__ == "SelectionDialog",
+                    "the selection form")
+        await pilot.press(*"dead")
+        await pilot.press("enter")  # previews
+        await until(pilot, lambda: "match" in text_of(pilot, "#preview"), "the preview")
+        # The focus on a button: an input's cursor blinks, so no two pictures would match.
+        pilot.app.screen.query_one("#ok", Button).focus()
+        if run:
+            pilot.app.screen.query_one("#ok", Button).press()
+            await until(pilot, lambda: type(pilot.app.screen).__name__ ==
+                        "BulkProgressScreen" and "812" in text_of(pilot, "#bulk-counts"),
+                        "the progress")
+            pilot.app.clear_notifications()  # its toast fades in: not the same frame twice
+        await _idle_workers(pilot, ("feed", "actions"))  # m's worker waits for its form
+        await pilot.pause()
+    return run_before
 
 
 def _detail_ready(p: Pilot[Any]) -> bool:
@@ -454,5 +541,24 @@ SCENES = [
           _scene("0", lambda p: rows(p, "#node-table") == len(NODES)), fleet=True),
     Scene("help", "the help over the overview: every key and what it does",
           _scene("question_mark", lambda p: type(p.app.screen).__name__ == "HelpScreen")),
+    Scene("timers", "the timers board (9): alarms, retries, waits and a callback deadline, "
+          "soonest first, an overdue alarm flagged and a paused wait",
+          _scene("9", lambda p: type(p.app.screen).__name__ == "TimersScreen"
+                 and rows(p, "#timer-board") == len(TIMERS))),
+    Scene("marked", "two alarms marked with space: the marks on their rows, the count in "
+          "the title and the footer",
+          _scene(("2", "space", "space"), lambda p: len(p.app.marks) == 2,
+                 lambda p: rows(p, "#alarm-page") == len(ALARMS))),
+    Scene("fork", "F on the needs-human festival: its operations, and the replay check "
+          "against version 2 diverging at operation 2, so only Force fork is offered",
+          _scene(("3", "F"), lambda p: type(p.app.screen).__name__ == "ForkDialog"
+                 and "does NOT" in str(p.app.screen.query_one("#replay", Static).content),
+                 lambda p: rows(p, "#execution-page") > 0, ("feed", "actions"))),
+    Scene("selection", "m in the dead letters: a selection by query previewed (how many "
+          "match, the first of them) before anything runs",
+          _selection(run=False)),
+    Scene("bulk-progress", "the batch run on that selection: done, failed, left, each "
+          "failure with its reason, and cancel",
+          _selection(run=True)),
 ]
 SIZES = {"": SIZE, "-80x24": SMALL}  # screenshot name suffix: terminal size

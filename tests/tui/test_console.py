@@ -382,8 +382,8 @@ async def test_clear_fault_from_the_faults_view(harness: Harness) -> None:
 
 
 async def test_send_callback_cancel_rolls_the_festival_back(harness: Harness) -> None:
-    """`3`, `c`, payload "cancel": the verdict callback completes and the saga
-    compensates in reverse to the end."""
+    """`3`, `c`, payload "cancel": the verdict callback completes by hand (audited under
+    its execution) and the saga compensates in reverse to the end."""
     eid = await harness.festival("hsf-day1")
     app, rec = await start(harness)
     async with run(app, rec) as pilot:
@@ -398,14 +398,14 @@ async def test_send_callback_cancel_rolls_the_festival_back(harness: Harness) ->
         await type_text(pilot, "cancel")
         await focus(pilot, "ok")
         await pilot.press("enter")
-        await done(pilot, rec, f"sent a result to callback 'verdict' of festival-stream/{eid}")
+        await done(pilot, rec,
+                   f"completed callback 'verdict' of festival-stream/{eid} by hand")
         await harness.clock.advance(1)
         d = await harness.describe(eid)
         assert d["status"] == "succeeded"
         assert d["result"]["status"] == "cancelled" and d["result"]["verdict"] == "cancel"
         assert [s["state"] for s in d["saga"]] == ["compensated"] * 3
-        assert await audit_actions(harness) == [
-            ("send_callback", verdict["callback_id"], True, "operator")]
+        assert await audit_actions(harness) == [("complete_callback", eid, True, "operator")]
         await until(pilot, lambda: "SUCCEEDED" in cell_text(pilot, "#execution-page", eid)[0],
                     "the execution to show SUCCEEDED")
         await settle_workers(pilot)

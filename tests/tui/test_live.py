@@ -513,11 +513,11 @@ async def test_enter_in_the_callback_payload_sends_it(harness: Harness) -> None:
         await view(pilot, "3", ExecutionsScreen, "#execution-page", [eid])
         await pilot.press("c")
         await dialog(pilot, CallbackDialog)
-        assert f"to festival-stream/{eid}" in static_text(pilot, ".question")
+        assert f"of festival-stream/{eid}" in static_text(pilot, ".question")
         await focus(pilot, "payload")
         await type_text(pilot, "go")
         await pilot.press("enter")
-        await done(pilot, rec, f"sent a result to callback 'verdict' of festival-stream/{eid}")
+        await done(pilot, rec, f"completed callback 'verdict' of festival-stream/{eid} by hand")
         await settle_workers(pilot)
 
 

@@ -61,8 +61,8 @@ class ActionsMixin(ConsoleScreen):
                 id="clear-dead"),
     ]
     EXECUTION_BINDINGS: ClassVar[list[Binding]] = [
-        Binding("c", "send_callback", "Callback", tooltip="Send a result to a pending callback",
-                id="callback"),
+        Binding("c", "send_callback", "Callback", tooltip="Complete or fail a waiting callback "
+                "by hand", id="callback"),
         Binding("R", "retry_compensation", "Retry comp.",
                 tooltip="Re-run the compensation that failed", id="retry-comp"),
         Binding("h", "resolve", "Resolve", tooltip="Record the failed step as done by hand",
@@ -157,8 +157,13 @@ class ActionsMixin(ConsoleScreen):
             if ok:
                 return
 
+    def action_send_callback(self) -> None:
+        self.answer_callback(None)
+
     @work(group="actions")
-    async def action_send_callback(self) -> None:
+    async def answer_callback(self, chosen: str | None) -> None:
+        """Complete, fail or heartbeat a waiting callback (`chosen`, or one picked in the
+        form) of the selected execution, by hand."""
         self.pin_selection()
         eid, label = self.selected_execution_id(), self.execution_label()
         detail = await self.console.fetch("execution", execution_id=eid) if eid else None
@@ -168,11 +173,16 @@ class ActionsMixin(ConsoleScreen):
             self.say(f"no callback is waiting in {label}", "warning")
             self.notify(f"no callback is waiting in {label}", severity="warning")
             return
-        dialog = CallbackDialog(label, pending)
+        dialog = CallbackDialog(label, pending, chosen)
         args = await self.app.push_screen_wait(dialog)
-        if args:
-            name = dialog.name_of(args["callback_id"])
-            await self.console.command("send_callback", f"callback '{name}' of {label}", **args)
+        if not args:
+            return
+        op, outcome = args.pop("op"), args["outcome"]
+        target = f"callback '{dialog.name_of(args['callback_id'])}' of {label}"
+        said = {"success": f"completed {target} by hand",
+                "failure": f"failed {target} by hand",
+                "heartbeat": f"sent a heartbeat to {target}"}[outcome]
+        await self.console.perform(op, target, args, said=lambda _: said)
 
     @work(group="actions")
     async def action_retry_compensation(self) -> None:

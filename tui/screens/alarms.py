@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Static
 
 from alarmtop.tui.columns import ALARMS
 from alarmtop.tui.formatting import duration, first_line, relative
-from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.listed import ListPane, ListScreen
+from alarmtop.tui.screens.tools import ToolsMixin
 
 PAGE = 100
 ALARM_KINDS = ("alarms",)
@@ -26,7 +26,11 @@ def attempts_text(row: dict[str, Any] | None, now_ms: int, in_list: bool = True)
         return Text("select an alarm to see its attempts", style="dim")
     out = Text(f"{row['object']}\n", style="bold") if in_list else Text()
     out.append(f"state {row['state']}  retry {row['retry_count']}/{row['max_retries']}  "
-               f"scheduled {relative(row.get('scheduled_ms'), now_ms)}\n\n")
+               f"scheduled {relative(row.get('scheduled_ms'), now_ms)}\n")
+    if row.get("paused"):
+        out.append("PAUSED: nothing fires until it is resumed (p); its retry count is kept\n",
+                   style="bold magenta")
+    out.append("\n")
     for i, a in enumerate(row.get("attempts") or [], start=1):
         took = "died (no end)" if a.get("end_ms") is None else duration(
             a["end_ms"] - a["start_ms"])
@@ -39,10 +43,11 @@ def attempts_text(row: dict[str, Any] | None, now_ms: int, in_list: bool = True)
     return out
 
 
-class AlarmsScreen(ActionsMixin, ListScreen):
+class AlarmsScreen(ToolsMixin, ListScreen):
     STATE: str | None = None
     TITLE_TEXT = "Alarms"
-    BINDINGS = [*ActionsMixin.ALARM_BINDINGS, *ListScreen.LIST_BINDINGS]
+    BINDINGS = [*ToolsMixin.ALARM_BINDINGS, *ToolsMixin.ALARM_TOOL_BINDINGS,
+                *ListScreen.LIST_BINDINGS]
 
     def __init__(self) -> None:
         super().__init__()

@@ -17,7 +17,8 @@ from textual.screen import Screen
 
 from alarmtop.tui import collector
 from alarmtop.tui.compat import adopt_styles
-from alarmtop.tui.formatting import EXEC_STYLE, STATE_STYLE
+from alarmtop.tui.formatting import EXEC_STYLE, PAUSED_MARK, STATE_STYLE
+from alarmtop.tui.marks import MARK
 from alarmtop.tui.messages import Reload, StateChanged
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.footer import FixedKeys, FooterRow, StatusLine
@@ -28,8 +29,15 @@ if TYPE_CHECKING:
 
 
 def styled_state(label: str) -> Text:
-    style = STATE_STYLE.get(label) or EXEC_STYLE.get(label.lower(), "")
-    return Text(f" {label} ", style=style)
+    """A state or status in its colours; a paused one keeps them and gets the mark."""
+    marked = label.startswith(MARK)
+    base = label.removeprefix(MARK).removesuffix(PAUSED_MARK)
+    style = STATE_STYLE.get(base) or EXEC_STYLE.get(base.lower(), "")
+    out = Text(MARK.strip(), style="bold cyan") if marked else Text()
+    out.append(f" {base} ", style=style)
+    if label.endswith(PAUSED_MARK):
+        out.append(PAUSED_MARK.strip(), style="bold magenta")
+    return out
 
 
 def _a_screen_is_up(app: App[Any]) -> bool:

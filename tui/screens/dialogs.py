@@ -21,14 +21,14 @@ FAULT_KINDS = ["alarm_raise", "alarm_delay", "step_raise", "step_crash", "compen
 STEP_KINDS = ("step_raise", "step_crash", "compensation_fail", "idempotency_off")
 
 
-class _Dialog(ModalScreen[Any]):
+class Dialog(ModalScreen[Any]):
     BINDINGS = [Binding("escape", "cancel", "Cancel", tooltip="Close without doing anything")]
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
 
-class ConfirmDialog(_Dialog):
+class ConfirmDialog(Dialog):
     """Yes/no before an action; the question names the target, `yes` says the action."""
 
     def __init__(self, question: str, yes: str = "Yes") -> None:
@@ -49,7 +49,7 @@ class ConfirmDialog(_Dialog):
         self.dismiss(event.button.id == "yes")
 
 
-class TextDialog(_Dialog):
+class TextDialog(Dialog):
     """One line of text (a note, a reason, a filter)."""
 
     def __init__(self, title: str, placeholder: str = "", value: str = "",
@@ -107,7 +107,7 @@ def fault_args(target: str, kind: str, times: str, seconds: str, step: str,
     return args
 
 
-class FaultDialog(_Dialog):
+class FaultDialog(Dialog):
     """Choose a fault kind and its parameters for a target. `values` fills the fields
     (the form opened again after a refusal) and `problem` says what was wrong."""
 
@@ -172,26 +172,38 @@ def callback_option(callback: dict[str, Any]) -> str:
     return f"{callback.get('name') or '?'}  {callback['callback_id']}"
 
 
-class CallbackDialog(_Dialog):
-    """Send a result to a waiting callback of an execution (named in the title)."""
+class CallbackDialog(Dialog):
+    """Complete or fail a waiting callback of an execution by hand (both named in the
+    title), or send it a heartbeat. The answer says which op carries it: a success or
+    a failure is `complete_callback` (audited by the runtime, with the reason), a
+    heartbeat `send_callback`."""
 
-    def __init__(self, execution: str, callbacks: list[dict[str, Any]]) -> None:
+    def __init__(self, execution: str, callbacks: list[dict[str, Any]],
+                 chosen: str | None = None) -> None:
         super().__init__()
         self.execution = execution
         self.callbacks = callbacks
+        ids = [c["callback_id"] for c in callbacks]
+        self.chosen = chosen if chosen in ids else ids[0]
 
     def compose(self) -> ComposeResult:
         options = [(callback_option(c), c["callback_id"]) for c in self.callbacks]
         with Vertical(classes="dialog"):
-            yield Label(f"Send a callback result to {self.execution}", classes="question")
-            yield Select(options, value=options[0][1], id="callback", allow_blank=False)
-            yield Select([(o, o) for o in ("success", "failure", "heartbeat")],
+            yield Label(f"Complete a callback of {self.execution} by hand", classes="question")
+            yield Select(options, value=self.chosen, id="callback", allow_blank=False)
+            yield Select([("success: complete it with the payload", "success"),
+                          ("failure: fail it with the message", "failure"),
+                          ("heartbeat: it is still being worked on", "heartbeat")],
                          value="success", id="outcome", allow_blank=False)
-            yield Input(placeholder='payload, e.g. go  or  cancel  or  {"ok": true}',
+            yield Input(placeholder='payload or message, e.g. go  or  cancel  or  {"ok": true}',
                         id="payload")
+            yield Input(placeholder="why (for the audit log; optional)", id="reason")
             with Horizontal(classes="buttons"):
                 yield Button("Send", variant="primary", id="ok")
                 yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#payload", Input).focus()
 
     def name_of(self, callback_id: str) -> str:
         return next((str(c.get("name")) for c in self.callbacks
@@ -204,17 +216,26 @@ class CallbackDialog(_Dialog):
             return
         self.submit()
 
-    @on(Input.Submitted, "#payload")
+    @on(Input.Submitted)
     def _entered(self, event: Input.Submitted) -> None:
-        self.submit()  # Enter in the payload sends, as the Send button does
+        self.submit()  # Enter in a field sends, as the Send button does
 
     def submit(self) -> None:
-        outcome = str(self.query_one("#outcome", Select).value)
-        text = self.query_one("#payload", Input).value
-        args: dict[str, Any] = {"callback_id": str(self.query_one("#callback", Select).value),
-                                "outcome": outcome}
-        if outcome == "success":
-            args["payload"] = text
-        elif outcome == "failure":
-            args["error_type"], args["message"] = "OperatorRejected", text
-        self.dismiss(args)
+        self.dismiss(callback_args(str(self.query_one("#callback", Select).value),
+                                   str(self.query_one("#outcome", Select).value),
+                                   self.query_one("#payload", Input).value,
+                                   self.query_one("#reason", Input).value))
+
+
+def callback_args(callback_id: str, outcome: str, text: str, reason: str) -> dict[str, Any]:
+    """The op and its arguments for what the callback form holds (pure)."""
+    args: dict[str, Any] = {"callback_id": callback_id, "outcome": outcome}
+    if outcome == "success":
+        args["payload"] = text
+    elif outcome == "failure":
+        args["error_type"], args["message"] = "OperatorRejected", text
+    if outcome == "heartbeat":
+        return {"op": "send_callback", **args}
+    if reason.strip():
+        args["reason"] = reason.strip()
+    return {"op": "complete_callback", **args}

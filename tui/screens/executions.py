@@ -14,17 +14,17 @@ from textual.widgets import DataTable, Static
 from alarmtop.tui.columns import EXECUTIONS
 from alarmtop.tui.detail import detail_text
 from alarmtop.tui.paging import RefreshGate
-from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.listed import ListPane, ListScreen
 from alarmtop.tui.screens.loader import Loader
+from alarmtop.tui.screens.tools import ToolsMixin
 from alarmtop.tui.state import ConsoleState
 
 PAGE = 100
 
 
-class ExecutionsScreen(ActionsMixin, ListScreen):
-    BINDINGS = [*ActionsMixin.EXECUTION_BINDINGS, ActionsMixin.ALARM_BINDINGS[2],
-                *ListScreen.LIST_BINDINGS]
+class ExecutionsScreen(ToolsMixin, ListScreen):
+    BINDINGS = [*ToolsMixin.EXECUTION_BINDINGS, *ToolsMixin.EXECUTION_TOOL_BINDINGS,
+                ToolsMixin.ALARM_BINDINGS[2], *ListScreen.LIST_BINDINGS]
 
     def __init__(self) -> None:
         super().__init__()

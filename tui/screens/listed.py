@@ -23,14 +23,18 @@ from textual.widgets import DataTable
 
 from alarmtop.tui.columns import Listing, badge, fit_widths, flex_width
 from alarmtop.tui.formatting import count
+from alarmtop.tui.marks import MARK, Marks
 from alarmtop.tui.paging import ListQuery, Pager
 from alarmtop.tui.screens.base import ConsoleScreen, styled_state
 from alarmtop.tui.screens.dialogs import TextDialog
 from alarmtop.tui.screens.loader import Loader
+from alarmtop.tui.screens.marking import MarkingMixin
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.table import ConsoleTable, Styler, arrow_label
 
 Row = dict[str, Any]
+# What a mark on a row of a listing marks: an object's row marks its alarm.
+MARK_KINDS = {"alarms": "alarms", "objects": "alarms", "executions": "executions"}
 
 
 class ListPane:
@@ -79,7 +83,11 @@ class ListPane:
             self.pager.gate.ask()  # the screen kicks the loader
         return touched
 
-    def draw(self, now_ms: int) -> None:
+    @property
+    def mark_kind(self) -> str | None:
+        return MARK_KINDS.get(self.listing.name)
+
+    def draw(self, now_ms: int, marks: Marks | None = None) -> None:
         listing, table = self.listing, self.table
         widths = fit_widths(listing.columns, table.scrollable_content_region.width or 150)
         arrow = listing.arrow(self.query)
@@ -88,11 +96,17 @@ class ListPane:
                            for i, (c, w) in enumerate(zip(listing.columns, widths))])
         flex = flex_width(listing.columns, widths)
         self.drawn = {listing.key(r): r for r in self.rows()}
-        table.show([(key, listing.cells(r, now_ms, flex)) for key, r in self.drawn.items()],
+        kind = self.mark_kind if marks else None
+        table.show([(key, marked(listing.cells(r, now_ms, flex), (kind, key) in marks)
+                     if kind and marks else listing.cells(r, now_ms, flex))
+                    for key, r in self.drawn.items()],
                    follow=self.moved != "page", announce=self.moved is None)
         if self.pager.current:
             self.moved = None
         on = badge(self.query, listing)
+        if kind and marks:
+            mine = len(marks.keys(kind))
+            on = "  ".join(b for b in (on, f"{mine:,} marked" if mine else "") if b)
         table.border_title = f"{self.title}  [{on}]" if on else self.title
         table.border_subtitle = self.subtitle()
 
@@ -110,7 +124,14 @@ class ListPane:
         return text
 
 
-class ListScreen(ConsoleScreen):
+def marked(cells: tuple[Any, ...], on: bool) -> tuple[Any, ...]:
+    """A row's cells with the mark on its first one."""
+    if not on or not cells:
+        return cells
+    return (MARK + str(cells[0]), *cells[1:])
+
+
+class ListScreen(MarkingMixin, ConsoleScreen):
     """A view made of `ListPane`s; the keys act on the focused one."""
 
     LIST_BINDINGS: ClassVar[list[BindingType]] = [
@@ -128,6 +149,7 @@ class ListScreen(ConsoleScreen):
                 show=False),
         Binding("escape", "clear", "Clear", tooltip="Clear this view's filter and sort",
                 id="clear"),
+        *MarkingMixin.MARK_BINDINGS,
     ]
     BINDINGS: ClassVar[list[BindingType]] = [*LIST_BINDINGS]
 
@@ -150,14 +172,34 @@ class ListScreen(ConsoleScreen):
         return next(p for p in self.panes if p.id == table_id)
 
     def badge(self) -> str:
-        return badge(self.pane().query, self.pane().listing)
+        parts = (badge(self.pane().query, self.pane().listing), self.marks_badge())
+        return "  ".join(p for p in parts if p)
+
+    # -- marks ------------------------------------------------------------------------------
+
+    def mark_kind(self) -> str | None:
+        return self.pane().mark_kind
+
+    def mark_target(self) -> tuple[str, str] | None:
+        pane = self.pane()
+        key = pane.table.selected
+        if pane.mark_kind is None or key is None:
+            return None
+        return pane.mark_kind, key
+
+    def after_mark(self) -> None:
+        table = self.pane().table
+        if table.cursor_row < table.row_count - 1:
+            table.action_cursor_down()
+        else:
+            table.pin()
 
     # -- drawing and refreshing ------------------------------------------------------------
 
     def draw(self, state: ConsoleState) -> None:
         super().draw(state)
         for pane in self.panes:
-            pane.draw(state.now_ms)
+            pane.draw(state.now_ms, self.console.marks)
         self.draw_detail()
         self.refresh_actions()
 

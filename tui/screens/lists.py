@@ -173,7 +173,8 @@ class EventsScreen(ConsoleScreen):
 HELP = """\
 # alarmtop keys
 
-- `1`..`8` views: overview, alarms, executions, objects, dead letters, faults, audit, events
+- `1`..`9` views: overview, alarms, executions, objects, dead letters, faults, audit, events,
+  timers
 - `0` nodes: the fleet's nodes, up or DOWN, with their shards and last lease renewal
 - `/` filter this view by text (each view keeps its own; the event log too)
 - `s` sort this view by its next column, by the real value; `S` reverse it
@@ -185,6 +186,15 @@ HELP = """\
 - `f` inject a fault on the selected object or execution
 - `c` send a callback result (e.g. `go` or `cancel` for the festival verdict)
 - `R` retry the failed compensation, `h` resolve it by hand, `a` abort, `H` hand to a human
+- `p` pause or resume the selected execution or alarm (paused rows show `‖`)
+- `z` snooze the selected alarm (move it later); `v` replay check of the selected execution
+- `d` redrive a failed or timed-out execution, `F` fork one from an operation: both run
+  the replay check first and need `Force` when the log and the handler disagree
+- `c` complete or fail a waiting callback by hand (or `enter` on it in the detail)
+- `space` mark the row (by identity, in any list view), `u` unmark all
+- `b` bulk action on the marked rows, `m` select by query (shows how many match first),
+  `B` the progress of the latest bulk action (done, failed, left, failures, cancel)
+- `9` the timers board: `n` fire the selected timer now, `z` snooze it
 - `tab` the next table or pane of the view
 - `ctrl+p` command palette: views, filters, sorts, every action on the selection
 - `?` this help, `q` quit

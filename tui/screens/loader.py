@@ -27,6 +27,7 @@ class Loader:
         self.screen, self.run, self.gate, self.name = screen, run, gate, name
         self.paced = paced  # also every `gate.max_age_s` while shown, asked or not
         self.timer: Timer | None = None
+        self.starting = False  # a fetch's worker is made and has not told the gate yet
 
     def ask(self, urgent: bool = False) -> None:
         self.gate.ask(urgent)
@@ -40,6 +41,8 @@ class Loader:
     def kick(self) -> None:
         """Start the fetch if the gate says now, else wake up when it will."""
         self.stop()
+        if self.starting:
+            return  # its worker starts soon: asks until then are in its fetch
         console = self.screen.console
         if console.active_view() is not self.screen:
             return  # not shown: it asks again when it is
@@ -49,10 +52,12 @@ class Loader:
         if wait > 0:
             self.timer = self.screen.set_timer(wait, self.kick, name=self.name)
             return
+        self.starting = True
         worker: Worker[None] = self.screen.run_worker(self._run, group=self.name)
         del worker  # the gate knows it runs; its end kicks again
 
     async def _run(self) -> None:
+        self.starting = False
         self.gate.started(self.screen.console.clock())
         try:
             await self.run()

@@ -12,15 +12,16 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable
 
 from alarmtop.tui.columns import ALARMS, EXECUTIONS
-from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.listed import ListPane, ListScreen
+from alarmtop.tui.screens.tools import ToolsMixin
 
 ALARM_ROWS = 50
 EXECUTION_ROWS = 30
 
 
-class OverviewScreen(ActionsMixin, ListScreen):
-    BINDINGS = [*ActionsMixin.ALARM_BINDINGS, *ActionsMixin.EXECUTION_BINDINGS,
+class OverviewScreen(ToolsMixin, ListScreen):
+    BINDINGS = [*ToolsMixin.ALARM_BINDINGS, *ToolsMixin.EXECUTION_BINDINGS,
+                *ToolsMixin.ALARM_TOOL_BINDINGS, *ToolsMixin.EXECUTION_TOOL_BINDINGS,
                 *ListScreen.LIST_BINDINGS]
 
     def make_panes(self) -> list[ListPane]:

@@ -21,14 +21,14 @@ from textual.screen import ModalScreen
 from textual.widgets import Collapsible, DataTable, Static, TabbedContent, TabPane
 
 from alarmtop.tui.columns import AUDIT, FAULTS
-from alarmtop.tui.detail import callbacks_text, history_cells, saga_text, summary_text
+from alarmtop.tui.detail import callback_cells, history_cells, saga_text, summary_text
 from alarmtop.tui.formatting import clock_text, first_line, pretty_json
 from alarmtop.tui.paging import RefreshGate
-from alarmtop.tui.screens.actions import ActionsMixin
 from alarmtop.tui.screens.alarms import attempts_text
 from alarmtop.tui.screens.listed import ListPane, ListScreen
 from alarmtop.tui.screens.lists import ok_style
 from alarmtop.tui.screens.loader import Loader
+from alarmtop.tui.screens.tools import ToolsMixin
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.widgets.table import ConsoleTable
 
@@ -70,9 +70,10 @@ class JsonDialog(ModalScreen[None]):
         self.query_one("#json-scroll", VerticalScroll).focus()
 
 
-class TargetScreen(ActionsMixin, ListScreen):
+class TargetScreen(ToolsMixin, ListScreen):
     BINDINGS = [Binding("escape", "back", "Back", tooltip="Back to the list", id="back"),
-                *ActionsMixin.ALARM_BINDINGS, *ActionsMixin.EXECUTION_BINDINGS,
+                *ToolsMixin.ALARM_BINDINGS, *ToolsMixin.EXECUTION_BINDINGS,
+                *ToolsMixin.ALARM_TOOL_BINDINGS, *ToolsMixin.EXECUTION_TOOL_BINDINGS,
                 *ListScreen.LIST_BINDINGS[:5]]
 
     def __init__(self, kind: str, target: str) -> None:
@@ -104,7 +105,11 @@ class TargetScreen(ActionsMixin, ListScreen):
                     yield Collapsible(Static(id="target-result"), title="result",
                                       id="result-box")
                     yield Static(id="target-saga")
-                    yield Static(id="target-callbacks")
+                    callbacks = ConsoleTable(id="target-callbacks")
+                    callbacks.add_columns("callback", "status", "kind", "id")
+                    callbacks.border_title = ("Callbacks (enter on a waiting one: complete "
+                                              "or fail it by hand)")
+                    yield callbacks
             if self.kind == "execution":
                 with TabPane("History", id="tab-history"):
                     history = ConsoleTable(id="target-history")
@@ -207,8 +212,8 @@ class TargetScreen(ActionsMixin, ListScreen):
                 collapsible.collapsed = lines > LONG_JSON
         self._collapsed_set = True
         self.query_one("#target-saga", Static).update(saga_text(d.get("saga") or []))
-        self.query_one("#target-callbacks", Static).update(
-            callbacks_text(d.get("callbacks") or []))
+        self.query_one("#target-callbacks", ConsoleTable).show(
+            [(str(c.get("callback_id")), callback_cells(c)) for c in d.get("callbacks") or []])
         history = self.query_one("#target-history", ConsoleTable)
         history.show([(str(ev.get("EventId")), history_cells(ev))
                       for ev in d.get("history") or []])
@@ -232,6 +237,22 @@ class TargetScreen(ActionsMixin, ListScreen):
         if ev is not None:
             self.app.push_screen(JsonDialog(f"{self.target} event {key} "
                                             f"{ev.get('EventType')}", ev))
+
+    @on(DataTable.RowSelected, "#target-callbacks")
+    def _callback_chosen(self, event: DataTable.RowSelected) -> None:
+        cid = str(event.row_key.value)
+        cb = next((c for c in (self.execution or {}).get("callbacks", [])
+                   if c.get("callback_id") == cid), None)
+        if cb is None:
+            return
+        if cb.get("status") != "started" or cb.get("kind") != "Callback":
+            self.say(f"callback '{cb.get('name')}' is {cb.get('status')} "
+                     f"({cb.get('kind')}): nothing to complete by hand", "warning")
+        elif self.console.read_only:
+            self.say("the console is read-only: callbacks are completed by operators",
+                     "warning")
+        else:
+            self.answer_callback(cid)
 
     @on(DataTable.RowSelected, "#target-events")
     def _console_event(self, event: DataTable.RowSelected) -> None:

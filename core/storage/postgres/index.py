@@ -37,9 +37,10 @@ _Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], PgWrite | None, "async
 MAX_BATCH = 5_000
 
 COLUMNS = ("object_class, object_name, scheduled_ms, state, retry_count, next_attempt_ms, "
-           "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count")
+           "last_error, attempts, started_ms, gen, hint_ms, hint_gen, in_file, attempt_count, "
+           "paused_ms")
 _UPSERT = (f"INSERT INTO {SCHEMA}.alarms ({COLUMNS}, due_ms, shard) VALUES "
-           "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) "
+           "($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17) "
            "ON CONFLICT (object_class, object_name) DO UPDATE SET "
            + ", ".join(f"{c} = EXCLUDED.{c}" for c in
                        [*COLUMNS.split(", ")[2:], "due_ms", "shard"]))
@@ -51,14 +52,15 @@ def to_row(rec: AlarmRecord, shard: int) -> tuple[Any, ...]:
     attempts = json.dumps([a.to_dict() for a in rec.attempts]) if rec.attempts else None
     return (rec.object_class, rec.object_name, rec.scheduled_ms, rec.state.value,
             rec.retry_count, rec.next_attempt_ms, rec.last_error, attempts, rec.started_ms,
-            rec.gen, rec.hint_ms, rec.hint_gen, rec.in_file, rec.attempt_count, rec.due_ms,
-            shard)
+            rec.gen, rec.hint_ms, rec.hint_gen, rec.in_file, rec.attempt_count, rec.paused_ms,
+            rec.due_ms, shard)
 
 
 def from_row(row: Any) -> AlarmRecord:
     attempts = tuple(Attempt.from_dict(a) for a in json.loads(row[7])) if row[7] else ()
     return AlarmRecord(row[0], row[1], row[2], AlarmState(row[3]), row[4], row[5], row[6],
-                       attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13])
+                       attempts, row[8], row[9], row[10], row[11], bool(row[12]), row[13],
+                       row[14])
 
 
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]

@@ -1,0 +1,543 @@
+"""`runtime.bulk`: start, run, resume and cancel bulk actions.
+
+A batch is rows of the runtime database (`bulk_batches`, `bulk_items`), so it
+outlives the client that started it and the runtime itself: `start` records every
+key it will act on before it returns (a selection's matches are fixed when the
+operator confirms), and a runtime that starts resumes every open batch.
+
+A runner works through the items in seq order, at most `throttle` at a time:
+
+- Alarm items on this node whose record is not in an attempt (the common case:
+  dead letters) are decided from their records, with no object woken, and written
+  in one transaction per group: the alarm rows, each item's outcome and each
+  item's audit row land together or not at all.
+- Alarm items that need the object's turn (pause, resume, a running attempt) or
+  live on another node go through the runtime's own action, one by one; their
+  outcomes are written after. Each of these is safe to do again after a crash.
+- Execution items call `runtime.executions`, which audits each one; an item is
+  marked `running` first with what it saw, so a restart can tell whether the
+  action landed (`actions.already_applied`).
+
+The batch itself is one more audit row, written with its end (action
+`bulk_<action>`, target the batch id, the counts in the detail). Events:
+`bulk.started`, `bulk.progress` (coalesced, see `progress`), `bulk.finished`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.alarms import pause as Pause
+from alarmtop.core.alarms import policy as P
+from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState
+from alarmtop.core.bulk.actions import (
+    MAX_ITEMS,
+    ExecutionState,
+    StartPlan,
+    already_applied,
+    plan_start,
+)
+from alarmtop.core.bulk.progress import Progress, finished_status
+from alarmtop.core.bulk.selection import Selection, parse_selection
+from alarmtop.core.errors import AlarmtopError, InvalidArgument, NoAlarm, NotFound
+from alarmtop.core.storage.operator_store import BATCH_OPEN, ItemOutcome
+
+if TYPE_CHECKING:
+    from alarmtop.core.runtime import Runtime
+
+log = logging.getLogger("alarmtop.bulk")
+CHUNK = 2_000  # open items read at a time
+# A batch gives way to the alarms it shares the runtime database with: before each
+# group it waits (on the wall clock, at most this long) while alarm attempts run or
+# are due, so their commits do not queue behind the batch's.
+YIELD_MAX_S = 0.05
+YIELD_STEP_S = 0.001
+PREVIEW_SAMPLE = 20
+FAILURES_SHOWN = 100
+# The runtime's own action for an alarm item sent one by one (`Runtime._operate_here`).
+_RUNTIME_ACTION = {"rearm": "re-arm", "fire_now": "fire", "clear_dead_letter": "clear",
+                   "pause_alarm": "pause", "resume_alarm": "resume"}
+
+
+class BatchNotFound(NotFound):
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"no bulk batch {batch_id!r}; rt.bulk.list() (ops: bulks) lists them")
+
+
+def _split(key: str) -> AlarmKey:
+    cls, _, name = key.partition("/")
+    return cls, name
+
+
+def decide(action: str, rec: AlarmRecord | None, key: AlarmKey, now_ms: int,
+           at_ms: int | None) -> P.Transition:
+    """An alarm item's change, from its record alone (pure); raises with the reason the
+    item fails."""
+    if rec is None:
+        raise NoAlarm(key[0], key[1], action.replace("_", " "))
+    if action == "rearm":
+        return P.rearm(rec, now_ms if at_ms is None else at_ms)
+    if action == "fire_now":
+        Pause.refuse_fire_now(rec)
+        return P.fire_now(rec, now_ms)
+    if action == "clear_dead_letter":
+        if rec.state is not AlarmState.DEAD:
+            raise InvalidArgument(f"{key[0]}/{key[1]}'s alarm is {rec.state.value}, not a dead "
+                                  "letter; nothing cleared")
+        return P.delete_alarm(rec)
+    raise InvalidArgument(f"{action} is not decided from the record")
+
+
+class _Runner:
+    """One batch being worked through on this node."""
+
+    def __init__(self, batch: dict[str, Any]) -> None:
+        self.batch = batch
+        self.cancelled = False
+        self.task: asyncio.Task[None] | None = None
+        self.progress: Progress | None = None
+
+
+class BulkService:
+    """`runtime.bulk` (see the module docstring)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+        self.store = rt.operator_store
+        self._runners: dict[str, _Runner] = {}
+        self._ids = itertools.count(1)
+
+    # -- asking -------------------------------------------------------------------------
+
+    async def preview(self, selection: Any) -> dict[str, Any]:
+        """How many alarms or executions `selection` matches now, and the first few keys;
+        changes nothing."""
+        sel = parse_selection(selection)
+        count = await self.store.count_selected(sel)
+        sample = await self.store.sample_selected(sel, PREVIEW_SAMPLE)
+        return {"kind": sel.kind, "selection": sel.to_dict(), "count": count,
+                "sample": sample, "max_items": MAX_ITEMS}
+
+    async def get(self, batch_id: str) -> dict[str, Any]:
+        """The batch: its counts (done / failed / left), status, and its failures with
+        their reasons (the first 100)."""
+        if not isinstance(batch_id, str):
+            raise InvalidArgument(f"a batch id is text, not {batch_id!r}")
+        row = await self.store.get_batch(batch_id)
+        if row is None:
+            raise BatchNotFound(batch_id)
+        return await self._view(row, failures=True)
+
+    async def list(self, limit: int = 50, after: str | None = None) -> list[dict[str, Any]]:
+        """Batches, newest first; page with `after=` the last one's id."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 0 < limit <= 500:
+            raise InvalidArgument(f"limit is 1-500, not {limit!r}")
+        if after is not None and not isinstance(after, str):
+            raise InvalidArgument(f"after is a batch id, not {after!r}")
+        return [await self._view(r) for r in await self.store.list_batches(limit, after)]
+
+    async def _view(self, row: dict[str, Any], failures: bool = False) -> dict[str, Any]:
+        out = dict(row)
+        out.pop("prep_after", None)
+        out["left"] = max(0, row["total"] - row["done"] - row["failed"] - row["cancelled"])
+        runner = self._runners.get(row["id"])
+        prog = None if runner is None else runner.progress
+        out["in_flight"] = 0 if prog is None else prog.in_flight
+        out["max_in_flight"] = None if prog is None else prog.max_in_flight
+        if failures:
+            out["failures"] = await self.store.failures(row["id"], 0, FAILURES_SHOWN)
+        return out
+
+    # -- starting and cancelling --------------------------------------------------------
+
+    async def start(self, action: Any, selection: Any = None, keys: Any = None, *,
+                    kind: Any = None, max_in_flight: Any = None, reason: Any = None,
+                    note: Any = None, at_ms: Any = None, actor: str = "api",
+                    role: str | None = None) -> str:
+        """Start a batch of `action` on `keys` (a list) or on what `selection` matches
+        now (its keys are recorded before this returns); at most `max_in_flight` items
+        at once. Returns the batch id at once: the batch runs on, durably. Bad input
+        is refused (and audited) with nothing changed."""
+        self.rt._check_running()
+        try:
+            plan = plan_start(action, keys, selection, kind=kind, throttle=max_in_flight,
+                              note=note, reason=reason, at_ms=at_ms)
+            if plan.selection is not None:
+                count = await self.store.count_selected(plan.selection)
+                if count == 0:
+                    raise InvalidArgument("the selection matches nothing; nothing started "
+                                          "(bulk_preview shows what a selection matches)")
+                if count > MAX_ITEMS:
+                    raise InvalidArgument(f"the selection matches {count:,}; a batch takes at "
+                                          f"most {MAX_ITEMS:,}: narrow it")
+        except AlarmtopError as exc:
+            await self.rt.audit.record(actor, f"bulk_{_name(action)}", None, _text(reason),
+                                       ok=False, role=role,
+                                       detail={"error": str(exc), "outcome": "refused"})
+            raise
+        now = self.rt.clock.now_ms()
+        batch_id = f"b{now:013d}-{next(self._ids):04d}"
+        while await self.store.get_batch(batch_id) is not None:  # a restart reuses counters
+            batch_id = f"b{now:013d}-{next(self._ids):04d}"
+        row = {"id": batch_id, "action": plan.action, "kind": plan.kind,
+               "status": "running" if plan.keys is not None else "preparing",
+               "actor": actor, "role": role, "reason": plan.reason, "note": plan.note,
+               "throttle": plan.throttle, "params": plan.params(),
+               "total": 0 if plan.keys is None else len(plan.keys), "done": 0, "failed": 0,
+               "cancelled": 0, "created_ms": now, "updated_ms": now, "ended_ms": None,
+               "node": None, "prep_after": None}
+        await self.store.create_batch(row, plan.keys)
+        if plan.selection is not None:
+            row["total"] = await self._prepare(batch_id, plan.selection, None)
+            row["status"] = "running"
+        self.rt.events.emit("bulk.started", {
+            "batch_id": batch_id, "action": plan.action, "kind": plan.kind,
+            "total": row["total"], "throttle": plan.throttle, "actor": actor,
+            "selection": None if plan.selection is None else plan.selection.to_dict()})
+        self._spawn(row)
+        return batch_id
+
+    async def _prepare(self, batch_id: str, sel: Selection, after: str | None) -> int:
+        """Record the selection's keys (from `after` on), chunk by chunk; the total."""
+        while True:
+            _, after = await self.store.prepare_step(batch_id, sel, after)
+            if after is None:
+                break
+        row = await self.store.get_batch(batch_id)
+        assert row is not None
+        return int(row["total"])
+
+    async def cancel(self, batch_id: str, *, reason: str | None = None,
+                     actor: str = "api", role: str | None = None) -> dict[str, Any]:
+        """Stop a batch: items in flight end as they will, the rest are cancelled."""
+        row = await self.store.get_batch(batch_id) if isinstance(batch_id, str) else None
+        if row is None:
+            raise BatchNotFound(str(batch_id))
+        if row["status"] not in BATCH_OPEN:
+            raise InvalidArgument(f"batch {batch_id} has ended ({row['status']}); nothing "
+                                  "to cancel")
+        runner = self._runners.get(batch_id)
+        if runner is not None:
+            runner.cancelled = True
+            await self.store.submit(self.store.finish_write(batch_id, "cancelling",
+                                                            self.rt.clock.now_ms()))
+            if runner.task is not None:
+                await asyncio.shield(runner.task)
+        else:  # no runner on this node (it never resumed here): end it now
+            await self._finish(row, None, cancelled=True)
+        return await self.get(batch_id)
+
+    async def wait(self, batch_id: str) -> dict[str, Any]:
+        """Until the batch's runner on this node ends; the batch as it ended."""
+        runner = self._runners.get(batch_id)
+        if runner is not None and runner.task is not None:
+            await asyncio.shield(runner.task)
+        return await self.get(batch_id)
+
+    # -- running ------------------------------------------------------------------------
+
+    async def resume_open(self) -> None:
+        """At start: run on every batch left open (by a stop, a crash or another node)."""
+        node = _node_id(self.rt)
+        # A batch belongs to the node that runs it while that node is up; one left by a
+        # node that is gone (a restart of this one included) is taken over.
+        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")} - {node}
+        for row in await self.store.open_batches():
+            if row["id"] in self._runners or row.get("node") in up:
+                continue
+            if await self.store.claim_batch(row["id"], node, row.get("node")):
+                self._spawn(row)
+
+    def _spawn(self, row: dict[str, Any]) -> None:
+        runner = _Runner(row)
+        self._runners[row["id"]] = runner
+        runner.task = self.rt.tasks.spawn(self._run(runner), name=f"bulk {row['id']}")
+
+    async def _run(self, runner: _Runner) -> None:
+        row = runner.batch
+        batch_id = row["id"]
+        try:
+            if row["status"] == "preparing":
+                sel = parse_selection(row["params"]["selection"])
+                row["total"] = await self._prepare(batch_id, sel, row.get("prep_after"))
+            if row["status"] == "cancelling":
+                runner.cancelled = True
+            clock = self.rt.clock
+            prog = runner.progress = Progress(row["total"], row["throttle"], done=row["done"],
+                                              failed=row["failed"],
+                                              cancelled=row["cancelled"],
+                                              now_ms=clock.now_ms())
+            seq = 0
+            while not runner.cancelled:
+                items = await self.store.open_items(batch_id, seq, CHUNK)
+                if not items:
+                    break
+                for i in range(0, len(items), row["throttle"]):
+                    if runner.cancelled:
+                        break
+                    group = items[i:i + row["throttle"]]
+                    await self._give_way()
+                    await self._group(row, prog, group)
+                    seq = group[-1][0]
+                    if prog.due(clock.now_ms()):
+                        self._progress(row, prog)
+            await self._finish(row, prog, cancelled=runner.cancelled)
+        except asyncio.CancelledError:
+            raise  # the runtime stops: the batch stays open and resumes at the next start
+        except Exception:
+            log.exception("bulk batch %s stopped on an error; it resumes at the next start",
+                          batch_id)
+        finally:
+            self._runners.pop(batch_id, None)
+
+    async def _give_way(self) -> None:
+        """Let due and running alarm attempts go first (see YIELD_MAX_S). Only on the
+        system clock: a virtual clock's alarms wait for the test to move it, and a
+        bounded wait keeps a steady stream of alarms from starving the batch."""
+        from alarmtop.core.clock import SystemClock
+        clock = self.rt.clock
+        if not isinstance(clock, SystemClock):
+            return
+        sched = self.rt.scheduler
+        for _ in range(int(YIELD_MAX_S / YIELD_STEP_S)):
+            due = sched.window.next_due_ms()
+            if not sched.running and (due is None or due > clock.now_ms()):
+                return
+            await asyncio.sleep(YIELD_STEP_S)
+
+    def _progress(self, row: dict[str, Any], prog: Progress) -> None:
+        prog.announced(self.rt.clock.now_ms())
+        self.rt.events.emit("bulk.progress", prog.event(row["id"], row["action"], row["kind"]))
+
+    async def _finish(self, row: dict[str, Any], prog: Progress | None, *,
+                      cancelled: bool) -> None:
+        batch = await self.store.get_batch(row["id"])
+        assert batch is not None
+        now = self.rt.clock.now_ms()
+        left = max(0, batch["total"] - batch["done"] - batch["failed"] - batch["cancelled"])
+        status = finished_status(batch["failed"], cancelled)
+        counts = {"total": batch["total"], "done": batch["done"], "failed": batch["failed"],
+                  "cancelled": batch["cancelled"] + (left if cancelled else 0)}
+        entry = {"at_ms": now, "actor": row["actor"], "role": row.get("role"),
+                 "action": f"bulk_{row['action']}", "target": row["id"],
+                 "reason": row.get("reason"), "ok": status == "done",
+                 "detail": {"kind": row["kind"], "status": status, **counts,
+                            "selection": row["params"].get("selection"),
+                            "throttle": row["throttle"],
+                            "max_in_flight": None if prog is None else prog.max_in_flight}}
+        await self.store.submit(self.store.finish_write(row["id"], status, now,
+                                                        cancel_left=True, audit=[entry]))
+        if prog is not None:
+            prog.cancelled = counts["cancelled"]
+            self._progress(row, prog)
+        self.rt.events.emit("bulk.finished", {
+            "batch_id": row["id"], "action": row["action"], "kind": row["kind"],
+            "status": status, **counts,
+            "max_in_flight": None if prog is None else prog.max_in_flight})
+
+    async def _group(self, row: dict[str, Any], prog: Progress,
+                     group: Sequence[tuple[int, str, str, dict[str, Any] | None]]) -> None:
+        prog.began(len(group))
+        try:
+            if row["kind"] == "alarms":
+                ok, failures = await self._alarm_group(row, group)
+            else:
+                ok, failures = await self._execution_group(row, group)
+        except BaseException:
+            prog.in_flight = max(0, prog.in_flight - len(group))
+            raise
+        prog.ended(ok, failures)
+
+    # -- alarm items --------------------------------------------------------------------
+
+    def _audit(self, row: dict[str, Any], key: str, now: int, error: str | None
+               ) -> dict[str, Any]:
+        from alarmtop.core.durable.service import safe_text
+        detail: dict[str, Any] = {"batch_id": row["id"], "outcome": "ok" if error is None
+                                  else "failed"}
+        if error is not None:
+            detail["error"] = safe_text(error)
+        return {"at_ms": now, "actor": row["actor"], "role": row.get("role"),
+                "action": row["action"], "target": safe_text(key),
+                "reason": safe_text(row.get("reason")), "ok": error is None,
+                "detail": detail}
+
+    async def _alarm_group(self, row: dict[str, Any],
+                           group: Sequence[tuple[int, str, str, dict[str, Any] | None]]
+                           ) -> tuple[int, builtins.list[tuple[str, str]]]:
+        rt, action = self.rt, row["action"]
+        now = rt.clock.now_ms()
+        at_ms = row["params"].get("at_ms")
+        keyed = [(seq, key, _split(key)) for seq, key, _, _ in group]
+        fast = action in ("rearm", "fire_now", "clear_dead_letter")
+        local: builtins.list[tuple[int, str, AlarmKey]] = []
+        slow: builtins.list[tuple[int, str, AlarmKey]] = []
+        for item in keyed:
+            if fast and await rt._router.peer(item[2]) is None:
+                local.append(item)
+            else:
+                slow.append(item)
+        recs = await self.store.get_many([k for _, _, k in local]) if local else {}
+        changes: builtins.list[tuple[AlarmKey, P.Transition]] = []
+        outcomes: builtins.list[ItemOutcome] = []
+        audit: builtins.list[dict[str, Any]] = []
+        failures: builtins.list[tuple[str, str]] = []
+        seen: set[AlarmKey] = set()
+        for seq, key, akey in local:
+            rec = recs.get(akey)
+            if rec is not None and rec.state is AlarmState.RUNNING:
+                slow.append((seq, key, akey))  # its attempt must end first: the object's turn
+                continue
+            try:
+                if akey in seen:
+                    raise InvalidArgument(f"{key} is in the batch twice; done once")
+                seen.add(akey)
+                changes.append((akey, decide(action, rec, akey, now, at_ms)))
+            except AlarmtopError as exc:
+                outcomes.append(ItemOutcome(seq, "failed", str(exc)))
+                audit.append(self._audit(row, key, now, str(exc)))
+                failures.append((key, str(exc)))
+                continue
+            outcomes.append(ItemOutcome(seq, "done"))
+            audit.append(self._audit(row, key, now, None))
+        if outcomes:
+            await rt.scheduler.commit_many(changes,
+                                           self.store.items_write(row["id"], outcomes, now,
+                                                                  audit))
+        ok = sum(1 for o in outcomes if o.status == "done")
+        if slow:
+            one_ok, one_failed = await self._alarm_items(row, slow)
+            ok += one_ok
+            failures += one_failed
+        return ok, failures
+
+    async def _alarm_items(self, row: dict[str, Any], items: Sequence[tuple[int, str, AlarmKey]]
+                           ) -> tuple[int, builtins.list[tuple[str, str]]]:
+        """Items that go through the runtime's own action, concurrently (the group is
+        within the throttle); their outcomes and audit rows in one write after."""
+        rt, action = self.rt, row["action"]
+        at_ms = row["params"].get("at_ms")
+
+        async def one(key: str, akey: AlarmKey) -> str | None:
+            try:
+                if action == "clear_faults":
+                    self._clear_faults(key)
+                    return None
+                at = rt.clock.now_ms() if action == "rearm" and at_ms is None else at_ms
+                await rt._operate_routed(akey[0], akey[1], _RUNTIME_ACTION[action], at,
+                                         **({"reason": row.get("reason")}
+                                            if action in ("pause_alarm", "resume_alarm")
+                                            else {}))
+            except AlarmtopError as exc:
+                return str(exc)
+            return None
+
+        errors = await asyncio.gather(*(one(key, akey) for _, key, akey in items))
+        now = rt.clock.now_ms()
+        outcomes = [ItemOutcome(seq, "done" if err is None else "failed", err)
+                    for (seq, _, _), err in zip(items, errors, strict=True)]
+        audit = [self._audit(row, key, now, err)
+                 for (_, key, _), err in zip(items, errors, strict=True)]
+        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        failures = [(key, err) for (_, key, _), err in zip(items, errors, strict=True)
+                    if err is not None]
+        return len(items) - len(failures), failures
+
+    def _clear_faults(self, target: str) -> int:
+        faults = self.rt.faults
+        ids = [f["id"] for f in faults.list() if f["target"] == target]
+        for fid in ids:
+            faults.clear(fid)
+        return len(ids)
+
+    # -- execution items ----------------------------------------------------------------
+
+    async def _state(self, execution_id: str) -> ExecutionState | None:
+        from alarmtop.core.durable.replay import HUMAN
+        store = self.rt.executions.engine.store
+        rec = await store.get(execution_id)
+        if rec is None:
+            return None
+        human = None
+        if rec.status.value == "needs_human":
+            for op in await store.operations(execution_id):
+                if op.sub_type == HUMAN and op.status.value == "STARTED":
+                    human = op.id
+        return ExecutionState(rec.status.value, bool(rec.paused), rec.finished, rec.redrives,
+                              human, rec.human_hold)
+
+    async def _execution_group(self, row: dict[str, Any],
+                               group: Sequence[tuple[int, str, str, dict[str, Any] | None]]
+                               ) -> tuple[int, builtins.list[tuple[str, str]]]:
+        rt, action = self.rt, row["action"]
+        states = await asyncio.gather(*(self._state(key) for _, key, _, _ in group))
+        todo: builtins.list[tuple[int, str]] = []
+        outcomes: builtins.list[ItemOutcome] = []
+        marks: builtins.list[ItemOutcome] = []
+        for (seq, key, status, detail), st in zip(group, states, strict=True):
+            if status == "running" and st is not None and already_applied(action, detail or {},
+                                                                          st):
+                outcomes.append(ItemOutcome(seq, "done", None, detail))  # it landed before
+                continue
+            todo.append((seq, key))
+            if action != "clear_faults" and st is not None:
+                marks.append(ItemOutcome(seq, "running", None, st.fingerprint()))
+        now = rt.clock.now_ms()
+        if marks:  # what each saw before acting, for a restart to judge by
+            await self.store.submit(self.store.items_write(row["id"], marks, now))
+        ex, reason = rt.executions, row.get("reason")
+        kw: dict[str, Any] = {"actor": row["actor"], "role": row.get("role")}
+
+        async def one(key: str) -> str | None:
+            try:
+                if action == "pause":
+                    await ex.pause(key, reason, **kw)
+                elif action == "resume":
+                    await ex.resume(key, reason=reason, **kw)
+                elif action == "redrive":
+                    await ex.redrive(key, reason=reason, **kw)
+                elif action == "retry_compensation":
+                    await ex.retry_compensation(key, reason=reason, **kw)
+                elif action == "resolve":
+                    await ex.resolve(key, row.get("note") or "", reason=reason, **kw)
+                elif action == "abort":
+                    await ex.abort(key, reason or f"aborted by bulk batch {row['id']}", **kw)
+                else:
+                    self._clear_faults(key)
+            except AlarmtopError as exc:
+                return str(exc)
+            return None
+
+        errors = await asyncio.gather(*(one(key) for _, key in todo))
+        audit = []
+        now = rt.clock.now_ms()
+        for (seq, key), err in zip(todo, errors, strict=True):
+            outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
+            if action == "clear_faults":  # the others audit themselves (runtime.executions)
+                audit.append(self._audit(row, key, now, err))
+        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        failures = [(key, err) for (_, key), err in zip(todo, errors, strict=True)
+                    if err is not None]
+        return sum(1 for o in outcomes if o.status == "done"), failures
+
+
+def _name(action: Any) -> str:
+    return action if isinstance(action, str) and action.isidentifier() and len(action) < 40 \
+        else "unknown"
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _node_id(rt: Runtime) -> str:
+    node = getattr(rt.backend, "node_id", None)
+    return "local" if node is None else str(node)
+
+
+__all__ = ["BatchNotFound", "BulkService", "StartPlan", "decide"]

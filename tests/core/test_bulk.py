@@ -1,0 +1,228 @@
+"""Bulk actions (runtime.bulk) and the timers board (runtime.timers), on a real
+backend and a VirtualClock."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
+from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+from alarmtop.core.durable import CallbackConfig, DurableContext, Duration, durable_execution
+from alarmtop.core.errors import InvalidArgument
+from tests.conftest import START_MS, RuntimeFactory
+
+FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
+
+
+class Job(DurableObject):
+    async def arm(self, at_ms: int) -> None:
+        await self.ctx.storage.set_alarm(at_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        self.env.append(self.ctx.id)
+
+
+async def dead_letters(rt: Runtime, n: int, cls: str = "Job", error: str = "boom") -> None:
+    """`n` dead letters, written as the runtime keeps them (its own records)."""
+    recs = [AlarmRecord(cls, f"j{i:05d}", START_MS, AlarmState.DEAD, 6, None,
+                        f"{error} {i}") for i in range(n)]
+    await rt.backend.alarm_index.write(recs)
+
+
+async def audit_rows(rt: Runtime) -> list[dict[str, Any]]:
+    return await rt.audit.list(limit=100_000)
+
+
+async def test_bulk_rearm_of_1000_dead_letters(make_runtime: RuntimeFactory) -> None:
+    """All re-armed (fresh retry count, no object woken), 1,001 audit rows (each item
+    and the batch), progress events, and never more than the throttle in flight."""
+    fired: list[str] = []
+    rt = await make_runtime(Job, env=fired)
+    await dead_letters(rt, 1000)
+    sub = rt.events.subscribe("bulk.")
+    preview = await rt.bulk.preview({"kind": "alarms", "state": "dead"})
+    assert preview["count"] == 1000 and preview["sample"][0] == "Job/j00000"
+    bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"},
+                              max_in_flight=50, at_ms=FAR, reason="fixed the bug")
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["left"]) == \
+        ("done", 1000, 0, 0)
+    assert (await rt.backend.alarm_index.counts())["dead"] == 0
+    status = await rt.alarm(Job, "j00999")
+    assert status is not None and (status.state, status.retry_count,
+                                   status.next_attempt_ms) == ("pending", 0, FAR)
+    assert rt.resident_objects() == [] and fired == []
+    rows = await audit_rows(rt)
+    assert len(rows) == 1001
+    items = [r for r in rows if r["action"] == "rearm"]
+    assert len({r["target"] for r in items}) == 1000 and all(r["ok"] for r in items)
+    (whole,) = [r for r in rows if r["action"] == "bulk_rearm"]
+    assert whole["target"] == bid and whole["reason"] == "fixed the bug"
+    events = sub.drain()
+    kinds = [e.type for e in events]
+    assert kinds[0] == "bulk.started" and kinds[-1] == "bulk.finished"
+    progress = [e.data for e in events if e.type == "bulk.progress"]
+    assert len(progress) >= 10
+    assert [p["done"] for p in progress] == sorted(p["done"] for p in progress)
+    assert progress[-1]["done"] == 1000 and progress[-1]["left"] == 0
+    assert all(p["in_flight"] <= 50 for p in progress)
+    assert events[-1].data["max_in_flight"] == 50  # the bound, reached and not passed
+
+
+async def test_failures_carry_their_reasons(make_runtime: RuntimeFactory) -> None:
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 3)
+    await rt.get(Job, "live").arm(FAR)
+    bid = await rt.bulk.start("clear_dead_letter",
+                              keys=["Job/j00000", "Job/live", "Job/nobody", "Job/j00001"])
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"]) == ("failed", 2, 2)
+    reasons = {f["key"]: f["error"] for f in batch["failures"]}
+    assert "not a dead letter" in reasons["Job/live"]
+    assert "no alarm" in reasons["Job/nobody"]
+    assert await rt.alarm(Job, "j00000") is None and await rt.alarm(Job, "j00002") is not None
+
+
+async def test_a_batch_survives_a_runtime_restart(make_runtime: RuntimeFactory) -> None:
+    """Stopped halfway, the batch resumes at the next start and finishes: every item
+    done once, each audited once."""
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 2000)
+    sub = rt.events.subscribe("bulk.progress")
+    bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead", "class": "Job"},
+                              max_in_flight=5, at_ms=FAR)
+    await asyncio.wait_for(sub.get(), 30)
+    await rt.stop()
+    rt = await make_runtime(Job, env=[])
+    half = await rt.bulk.get(bid)
+    assert half["status"] == "running" and 0 < half["done"] < 2000
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["total"]) == \
+        ("done", 2000, 0, 2000)
+    items = [r for r in await audit_rows(rt) if r["action"] == "rearm"]
+    assert len(items) == 2000 and len({r["target"] for r in items}) == 2000
+    assert (await rt.backend.alarm_index.counts())["dead"] == 0
+
+
+async def test_cancel_stops_a_batch(make_runtime: RuntimeFactory) -> None:
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 2000)
+    sub = rt.events.subscribe("bulk.progress")
+    bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"}, max_in_flight=5,
+                              at_ms=FAR)
+    await asyncio.wait_for(sub.get(), 30)
+    batch = await rt.bulk.cancel(bid)
+    assert batch["status"] == "cancelled" and batch["left"] == 0
+    assert batch["done"] + batch["cancelled"] == 2000 and batch["cancelled"] > 0
+    assert (await rt.backend.alarm_index.counts())["dead"] == batch["cancelled"]
+    with pytest.raises(InvalidArgument, match="has ended"):
+        await rt.bulk.cancel(bid)
+
+
+@pytest.mark.parametrize("args, match", [
+    ({"action": "explode", "selection": {"kind": "alarms"}}, "unknown bulk action"),
+    ({"action": "rearm", "selection": {"kind": "alarms", "colour": "red"}},
+     "unknown selection field"),
+    ({"action": "rearm", "selection": {"kind": "alarms", "state": "sleepy"}},
+     "selection state is one of"),
+    ({"action": "rearm", "selection": {"kind": "alarms", "due_from_ms": 9, "due_to_ms": 1}},
+     "swap them"),
+    ({"action": "rearm", "selection": {"kind": "alarms"}, "keys": ["Job/a"]}, "not both"),
+    ({"action": "rearm", "keys": ["no-slash"]}, "Class/name"),
+    ({"action": "rearm", "keys": ["Job/a"], "max_in_flight": 0}, "throttle"),
+    ({"action": "resolve", "keys": ["e1"]}, "needs a note"),
+    ({"action": "rearm", "selection": {"kind": "alarms", "class": "Nobody"}},
+     "matches nothing"),
+])
+async def test_bad_requests_are_refused_and_change_nothing(make_runtime: RuntimeFactory,
+                                                           args: dict[str, Any],
+                                                           match: str) -> None:
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 3)
+    with pytest.raises(InvalidArgument, match=match):
+        await rt.bulk.start(**args)
+    assert await rt.bulk.list() == []
+    assert (await rt.backend.alarm_index.counts())["dead"] == 3
+    (row,) = await audit_rows(rt)  # the refusal, audited
+    assert not row["ok"] and row["action"].startswith("bulk_")
+
+
+async def test_pause_and_resume_in_bulk(make_runtime: RuntimeFactory,
+                                        clock: VirtualClock) -> None:
+    fired: list[str] = []
+    rt = await make_runtime(Job, env=fired)
+    for i in range(5):
+        await rt.get(Job, f"p{i}").arm(START_MS + 1000)
+    bid = await rt.bulk.start("pause", {"kind": "alarms", "name": "p"}, reason="deploy")
+    assert (await rt.bulk.wait(bid))["done"] == 5
+    await clock.advance(5)
+    assert fired == []
+    assert (await rt.bulk.preview({"kind": "alarms", "state": "paused"}))["count"] == 5
+    bid = await rt.bulk.start("resume", {"kind": "alarms", "state": "paused"})
+    assert (await rt.bulk.wait(bid))["done"] == 5
+    await clock.advance(0.1)
+    assert sorted(fired) == [f"p{i}" for i in range(5)]
+
+
+@durable_execution(name="board_flow")
+async def board_flow(event: Any, ctx: DurableContext) -> Any:
+    await ctx.wait(Duration(30), name="cool_off")
+    cb = await ctx.create_callback("approval", CallbackConfig(timeout=Duration(600)))
+    return await cb.result()
+
+
+async def test_the_board_lists_alarms_waits_and_callback_deadlines_together(
+        make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
+    rt = await make_runtime(Job, env=[])
+    rt.register_execution(board_flow)
+    await rt.get(Job, "soon").arm(START_MS + 10_000)
+    await rt.get(Job, "held").arm(START_MS + 20_000)
+    await rt.pause_alarm(Job, "held")
+    await rt.get(Job, "late").arm(START_MS + 900_000)
+    await rt.executions.start("board_flow", None, execution_id="w1")
+    await rt.executions.start("board_flow", None, execution_id="w2")
+    await clock.advance(0.01)
+    await rt.executions.move_timer("w2", await _wait_op(rt, "w2"), "wait", by_ms=60_000)
+    board = await rt.timers()
+    got = [(r["kind"], r["target"], r["due_ms"] - START_MS, r["paused"]) for r in board["rows"]]
+    assert got == [("alarm", "Job/soon", 10_000, False), ("alarm", "Job/held", 20_000, True),
+                   ("wait", "w1", 30_000, False), ("wait", "w2", 90_000, False),
+                   ("alarm", "Job/late", 900_000, False)]
+    assert board["next"] is None
+    first = await rt.timers(limit=2)
+    rest = await rt.timers(limit=2, after=first["next"])
+    assert [r["target"] for r in first["rows"] + rest["rows"]] == \
+        ["Job/soon", "Job/held", "w1", "w2"]
+    await clock.advance(31)  # w1's wait is over, it waits on its callback; soon fired
+    board = await rt.timers()
+    rows = {(r["kind"], r["target"]): r for r in board["rows"]}
+    assert ("alarm", "Job/soon") not in rows
+    assert rows[("callback_timeout", "w1")]["due_ms"] == START_MS + 30_000 + 600_000
+    assert rows[("alarm", "Job/held")]["state"] == "overdue"  # due 11 s ago, not fired
+    assert rows[("wait", "w2")]["state"] == "pending"
+
+
+async def _wait_op(rt: Runtime, execution_id: str) -> str:
+    (row,) = [r for r in await rt.executions.timers(execution_id=execution_id)
+              if r["kind"] == "wait"]
+    return str(row["op_id"])
+
+
+async def test_firing_an_execution_wait_now(make_runtime: RuntimeFactory,
+                                            clock: VirtualClock) -> None:
+    rt = await make_runtime()
+    rt.register_execution(board_flow)
+    await rt.executions.start("board_flow", None, execution_id="f1")
+    await clock.advance(0.01)
+    out = await rt.executions.move_timer("f1", await _wait_op(rt, "f1"), "wait")
+    assert out["due_ms"] == clock.now_ms()
+    await clock.advance(0.01)
+    kinds = [r["kind"] for r in await rt.executions.timers(execution_id="f1")]
+    assert kinds == ["callback_timeout"]  # the wait fired at once: on to the callback
+    with pytest.raises(InvalidArgument, match="no pending wait"):
+        await rt.executions.move_timer("f1", "nope", "wait", by_ms=5)
+    (row,) = [r for r in await audit_rows(rt) if r["action"] == "move_timer" and not r["ok"]]
+    assert row["target"] == "f1"
