@@ -319,8 +319,17 @@ class NodeClient:
         rid = next(self._ids)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
+        from websockets.exceptions import ConnectionClosed
         try:
-            await conn.send(json.dumps({"id": rid, "op": op, **fields}))
+            try:
+                await conn.send(json.dumps({"id": rid, "op": op, **fields}))
+            except ConnectionClosed as exc:
+                # The peer went away before the call left: nothing ran there, so the
+                # router may ask again (the next owner, or this peer once back).
+                if self._conn is conn:
+                    self._conn = None
+                raise PeerDown(f"the node at {self.address} went away before the call was "
+                               f"sent ({exc})") from exc
             reply = await asyncio.wait_for(fut, timeout_s)
         except TimeoutError as exc:
             raise NodeUnreachable(f"the node at {self.address} did not answer within "

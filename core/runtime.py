@@ -473,6 +473,12 @@ class Runtime:
         op = request.get("op")
         if op in SOCKET_OPS and self._owned_sockets is not None and link is not None:
             return await self._owned_sockets.serve(str(op), request, link)
+        if not self.running and op in ("call", "operate"):
+            # Listening already (start) or still (stop), but not running events: nothing
+            # ran, so the caller asks again, here once started or at the next owner.
+            raise ShardMoved(f"the node {getattr(self.backend, 'node_id', '?')} is not "
+                             "running events yet (starting) or any more (stopping); nothing "
+                             "ran here")
         self._check_running()
         if op == "call":
             cls, name, method = str(request["cls"]), str(request["name"]), str(request["method"])

@@ -21,6 +21,7 @@ from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.alarms.window import DueWindow
 from alarmtop.core.clock import Clock
+from alarmtop.core.errors import LeaseLost
 from alarmtop.core.events import EventBus
 from alarmtop.core.logs import (
     ALARM_LOG,
@@ -74,6 +75,7 @@ class AlarmScheduler:
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
         self.running: dict[AlarmKey, int] = {}  # key: when its attempt started
+        self._ends: dict[AlarmKey, int] = {}  # key: how many of its attempts ended here
         self._repairs: set[AlarmKey] = set()
         # Classes with at least one object that has a database: objects of the others
         # certainly have none, so their intent is their row and no file is looked for.
@@ -118,12 +120,34 @@ class AlarmScheduler:
 
     async def _recover_crashed(self) -> None:
         while True:
-            running = await self.index.in_state(AlarmState.RUNNING.value, 1000, mine=True)
+            # Not the attempts of this runtime: on a fleet this runs again whenever the
+            # node gains shards, while its own handlers run on the shards it kept. One
+            # that ended after the read left a stale 'running' row in `running`.
+            ends = dict(self._ends)
+            running = [rec for rec in await self.index.in_state(AlarmState.RUNNING.value,
+                                                                1000, mine=True)
+                       if not self._ran_here(rec.key, ends)]
             if not running:
                 return
+            lost = 0
             for rec in running:
-                await self.recover(rec, "the runtime stopped while the handler ran "
-                                        "(crash or shutdown)")
+                if self._ran_here(rec.key, ends):
+                    continue
+                try:
+                    await self.recover(rec, "the runtime stopped while the handler ran "
+                                            "(crash or shutdown)")
+                except LeaseLost:
+                    # On a fleet: its shard went to another node meanwhile (start-up
+                    # and gains race the other nodes' claims), which recovers it.
+                    lost += 1
+            if lost == len(running):
+                return  # nothing recovered: reading again would find the same rows
+
+    def _ran_here(self, key: AlarmKey, ends: dict[AlarmKey, int]) -> bool:
+        """An attempt of this runtime for `key` runs, has its end being recorded, or
+        ended since `ends` was taken."""
+        return key in self.running or key in self._repairs or \
+            self._ends.get(key) != ends.get(key)
 
     async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         """An attempt left `running` with nobody running it: a failed attempt, retried."""
@@ -160,6 +184,7 @@ class AlarmScheduler:
 
     def attempt_ended(self, key: AlarmKey) -> None:
         self.running.pop(key, None)
+        self._ends[key] = self._ends.get(key, 0) + 1
 
     def put_back(self, rec: AlarmRecord) -> None:
         """A popped record that was not due after all goes back in the window."""

@@ -35,6 +35,13 @@ held, the alarms, steps, writes and deliveries checked and the violations found,
 and exits 1 when there is any (with the seed, to reproduce the run). The seed
 fixes the load, the injected faults, the kill points (in record lines), the
 boundaries and the locks; the exact instants still depend on the machine's speed.
+
+    python -m tests.chaos.harness --backend postgres --nodes 3 --kills 100 --seed 3
+
+runs it on a fleet instead (`fleet.py`): three nodes on one PostgreSQL (a
+throwaway cluster unless `--dsn` names a database), leases of `--lease-s` 1.5 s,
+a seeded node killed at each seeded moment and restarted under its id while the
+others run on; no SQLite locks.
 """
 
 from __future__ import annotations
@@ -285,10 +292,10 @@ def run(seed: int, kills: int, workdir: Path, progress: bool = False, *,
 
 
 def repro(seed: int, kills: int, boundary_share: float = BOUNDARY_SHARE,
-          locks: bool = True) -> str:
+          locks: bool = True, fleet: str = "") -> str:
     extra = "" if boundary_share == BOUNDARY_SHARE else f" --boundary-share {boundary_share:g}"
-    return (f"python -m tests.chaos.harness --kills {kills} --seed {seed}{extra}"
-            f"{'' if locks else ' --no-locks'}")
+    return (f"python -m tests.chaos.harness{fleet} --kills {kills} --seed {seed}{extra}"
+            f"{'' if locks or fleet else ' --no-locks'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -305,20 +312,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--locks", action=argparse.BooleanOptionalAction, default=True,
                         help="hold runtime.sqlite or an object database locked for 0.5-3 s at "
                              "seeded moments, with a 0.3 s busy timeout in the workload "
-                             "(default: on)")
+                             "(default: on; SQLite only)")
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite",
+                        help="sqlite: one runtime process on a data folder (default); "
+                             "postgres: a fleet of --nodes processes on one database, one "
+                             "node killed and restarted at a time (tests/chaos/fleet.py)")
+    parser.add_argument("--nodes", type=int, default=None,
+                        help="postgres: how many nodes (default 3)")
+    parser.add_argument("--dsn", default=None,
+                        help="postgres: an empty database to run on (default: a throwaway "
+                             "cluster started for the run, tests/pg.py)")
+    parser.add_argument("--lease-s", type=float, default=None,
+                        help="postgres: the nodes' shard leases in s (default 1.5: short, "
+                             "so failovers happen within the run)")
     args = parser.parse_args(argv)
     if not 0 <= args.boundary_share <= 1:
         parser.error("--boundary-share is a fraction between 0 and 1")
+    fleet = args.backend == "postgres"
+    if not fleet and (args.nodes, args.dsn, args.lease_s) != (None, None, None):
+        parser.error("--nodes, --dsn and --lease-s are for --backend postgres")
+    if fleet and args.nodes is not None and args.nodes < 2:
+        parser.error("--nodes: a fleet has at least 2 nodes")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
     workdir = args.dir or Path(tempfile.mkdtemp(prefix=f"chaos-{seed}-"))
-    again = repro(seed, args.kills, args.boundary_share, args.locks)
-    print(f"chaos: seed {seed}, {args.kills} kills, boundary share {args.boundary_share:.2f}, "
-          f"locks {'on' if args.locks else 'off'}, work folder {workdir}", flush=True)
     started = time.monotonic()
+    errors: tuple[type[Exception], ...] = (HarnessError,)
+    if fleet:
+        from tests.chaos import fleet as chaos_fleet
+        # Run as a script, this module is __main__: `fleet` raises the imported one's.
+        errors += (chaos_fleet.HarnessError,)
+
+        nodes = args.nodes or chaos_fleet.DEFAULT_NODES
+        lease_s = args.lease_s or chaos_fleet.DEFAULT_LEASE_S
+        again = repro(seed, args.kills, args.boundary_share, fleet=(
+            f" --backend postgres --nodes {nodes} --lease-s {lease_s:g}"))
+        print(f"chaos: seed {seed}, {args.kills} kills on a fleet of {nodes} nodes on "
+              f"PostgreSQL (leases {lease_s:g} s), boundary share {args.boundary_share:.2f}, "
+              f"work folder {workdir}", flush=True)
+    else:
+        again = repro(seed, args.kills, args.boundary_share, args.locks)
+        print(f"chaos: seed {seed}, {args.kills} kills, boundary share "
+              f"{args.boundary_share:.2f}, locks {'on' if args.locks else 'off'}, work folder "
+              f"{workdir}", flush=True)
     try:
-        report = run(seed, args.kills, workdir, progress=True,
-                     boundary_share=args.boundary_share, locks=args.locks)
-    except HarnessError as exc:
+        if fleet:
+            with chaos_fleet.database(args.dsn) as dsn:
+                report = chaos_fleet.run(seed, args.kills, workdir, dsn, nodes=nodes,
+                                         lease_s=lease_s, boundary_share=args.boundary_share,
+                                         progress=True)
+        else:
+            report = run(seed, args.kills, workdir, progress=True,
+                         boundary_share=args.boundary_share, locks=args.locks)
+    except errors as exc:
         print(f"HARNESS ERROR (seed {seed}): {exc}\nreproduce: {again}")
         return 2
     print(report.summary())

@@ -31,6 +31,15 @@ The harness's faults widen two expectations, and only by what they explain:
 - nothing else: steps, checkpoints, keyed deliveries and the settle are judged as
   without locks.
 
+On a fleet (`fleet.py`) a kill is written as a ``kill`` line and counts as a crash
+for the retries; an attempt cut because its shard left its node (a ``handover``,
+or a loss found at a renewal: ``shards`` lines; a ``lease_late`` renewal) may be
+retried once more too, only for an object of that shard (the retries are counted
+by how). A call whose node went away during it (``unknown``) has an unknown
+outcome; one that failed with a lease or node error must have kept nothing, as
+any failed call. And no two nodes may have run one object's handlers at once
+(``span`` lines).
+
 The core bugs the harness found (`test_found_*.py` reproduce each) are fixed; their
 findings are plain violations like any other.
 """
@@ -44,6 +53,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarmtop.core.storage.postgres.backend import shard_of
 from tests.chaos.faults import RUNTIME_DB
 from tests.chaos.workload import (
     ALARM_RETRIES,
@@ -51,6 +61,7 @@ from tests.chaos.workload import (
     COMPENSATION_ATTEMPTS,
     CRASH_ERROR,
     FESTIVAL,
+    FLEET_SHARDS,
     HOTEL_ATTEMPTS,
     SETTLE_HORIZON_MS,
     TRIP,
@@ -141,6 +152,13 @@ class Report:
     lock_failed_calls: int = 0
     stale_rows: int = 0  # index rows left early by a lost write, reconciled when due
     extra_retries: collections.Counter[str] = field(default_factory=collections.Counter)
+    # On a fleet: the kills by node and by how they ended, calls whose node went away
+    # (unknown outcome), calls a lease or node fault failed (nothing kept), handler
+    # runs checked for overlaps across nodes.
+    fleet_kills: collections.Counter[str] = field(default_factory=collections.Counter)
+    unknown_calls: int = 0
+    fleet_failed_calls: int = 0
+    spans_checked: int = 0
     violations: list[str] = field(default_factory=list)
 
     def add(self, message: str) -> None:
@@ -161,7 +179,17 @@ class Report:
                 f"{extra or 'none'}, {self.stale_rows} index rows early, to reconcile); "
                 f"steps checked: {self.steps_checked} in {self.executions_checked} executions; "
                 f"storage writes checked: {self.writes_checked}; keyed deliveries checked: "
-                f"{self.deliveries_checked}; violations found: {len(self.violations)}")
+                f"{self.deliveries_checked}; {self.fleet_summary()}"
+                f"violations found: {len(self.violations)}")
+
+    def fleet_summary(self) -> str:
+        if not self.fleet_kills:
+            return ""
+        kills = ", ".join(f"{k} {v}" for k, v in sorted(self.fleet_kills.items()))
+        return (f"fleet: kills {kills}; calls of unknown outcome (their node went away): "
+                f"{self.unknown_calls}, calls failed by a lease or node fault: "
+                f"{self.fleet_failed_calls}; handler runs checked for overlap across nodes: "
+                f"{self.spans_checked}; ")
 
 
 class Record:
@@ -215,7 +243,28 @@ class Record:
                    for lock in self.locks)
 
     def restart_between(self, first_pos: int, last_pos: int) -> bool:
-        return any(first_pos < p < last_pos for p, _ in self.kind["boot"])
+        """A process started, or (on a fleet, where another node may run the retry
+        before the dead one is back) was killed, between two record lines."""
+        return any(first_pos < p < last_pos for kind in ("boot", "kill", "boundary")
+                   for p, _ in self.kind[kind])
+
+    def shard_moved(self, obj: str, first_pos: int, last_pos: int) -> str | None:
+        """On a fleet: how the shard of `obj` left a node between two record lines
+        ("hand-over" or "lease lost"), or None."""
+        cls, _, name = obj.partition("/")
+        shard = shard_of((cls, name), FLEET_SHARDS)
+        handed: set[str] = set()
+        for pos, line in sorted(self.kind["handover"] + self.kind["shards"],
+                                key=lambda x: x[0]):
+            if pos >= last_pos:
+                break
+            if line["k"] == "handover" and shard in line["shards"]:
+                handed.add(line["node"])
+            elif line["k"] == "shards" and shard in line["lost"]:
+                if pos > first_pos:
+                    return "hand-over" if line["node"] in handed else "lease lost"
+                handed.discard(line["node"])
+        return None
 
     def lock_between(self, db: str, first_pos: int, last_pos: int) -> bool:
         return any(lock.db in (RUNTIME_DB, db) and lock.spans(first_pos, last_pos)
@@ -359,7 +408,8 @@ def _check_extra_retries(rec: Record, obj: str, at: int,
     Between two recorded runs of one alarm, the attempts in between failed. Those the
     plan fails are expected; any other (the first run should have succeeded, or
     attempts ran without a recorded run: cut short before the handler) needs a
-    crash or a lock in that stretch of the record."""
+    crash or a lock in that stretch of the record (on a fleet: a kill, or a node whose
+    lease renewal ran late)."""
     for (pos_a, a), (pos_b, b) in itertools.pairwise(fires):
         unplanned = a["retry"] >= failures or b["retry"] > a["retry"] + 1
         if not unplanned:
@@ -368,6 +418,15 @@ def _check_extra_retries(rec: Record, obj: str, at: int,
             report.extra_retries["crash"] += 1
         elif rec.lock_between(obj, pos_a, pos_b):
             report.extra_retries["lock"] += 1
+        elif any(pos_a < p < pos_b for p, _ in rec.kind["lease_late"]):
+            # On a fleet: a node's renewal ran past its lease (a pause, a starved
+            # process), so another may have taken the shard and retried the attempt.
+            report.extra_retries["late lease"] += 1
+        elif (how := rec.shard_moved(obj, pos_a, pos_b)) is not None:
+            # The object's shard left its node (handed over, or found taken at a
+            # renewal): an attempt in flight there ended fenced out, counted, and the
+            # new owner retried it.
+            report.extra_retries[how] += 1
         else:
             report.add(f"alarm retried beyond its plan with no fault to explain it: {obj} at "
                        f"{at} ran retry {a['retry']} (ok={a['ok']}) at record line {pos_a} and "
@@ -670,19 +729,49 @@ def check(lines: list[dict[str, Any]], state: dict[str, Any], seed: int,
         op = rec.ops[line["op"]]
         if rec.lock_explains(op):
             report.lock_failed_calls += 1
+        elif rec.kind["kill"] and line["error"].startswith(FLEET_ERRORS):
+            report.fleet_failed_calls += 1
         else:
             report.add(f"a call failed with an error no lock explains: {op.id} {op.obj} "
                        f"{op.what} {line['error']}")
+    report.unknown_calls = len(rec.kind["unknown"])
+    check_spans(rec, report)
     _count_faults(rec, report)
     return report
+
+
+# What a call meets when a node of the fleet dies or loses a lease under it: the
+# event did not commit (the checker still proves it kept nothing).
+FLEET_ERRORS = ("LeaseLost", "NodeUnreachable", "PeerDown", "ShardMoved")
+
+
+def check_spans(rec: Record, report: Report) -> None:
+    """On a fleet: no two nodes ran handlers of one object at once. Each finished
+    handler run wrote its node and wall-clock span; a run cut by a kill wrote none."""
+    spans: dict[str, list[tuple[int, int, str]]] = collections.defaultdict(list)
+    for _, line in rec.kind["span"]:
+        spans[line["obj"]].append((line["t0"], line["t1"], line.get("node", "?")))
+    for obj, runs in sorted(spans.items()):
+        runs.sort()
+        report.spans_checked += len(runs)
+        end, node = runs[0][1], runs[0][2]
+        for t0, t1, n in runs[1:]:
+            if t0 < end and n != node:
+                report.add(f"handlers ran on two nodes at once: {obj} on {node} until {end} "
+                           f"and on {n} from {t0} (wall clock, us)")
+            if t1 > end:
+                end, node = t1, n
 
 
 def _count_faults(rec: Record, report: Report) -> None:
     boundaries = {line["round"] for _, line in rec.kind["boundary"]}
     for _, line in rec.kind["boundary"]:
         report.boundary_deaths[f"{line['kind']} {line['point']}"] += 1
-    report.boundaries_missed = sum(1 for _, line in rec.kind["boot"]
+    report.boundaries_missed = sum(1 for kind in ("boot", "armed") for _, line in rec.kind[kind]
                                    if line.get("boundary") and line["round"] not in boundaries)
+    for _, line in rec.kind["kill"]:
+        if line["how"] != "settle":
+            report.fleet_kills[line["node"]] += 1
     report.starts_refused = len(rec.kind["start_refused"])
     for lock in rec.locks:
         if lock.from_ms is not None:

@@ -35,6 +35,17 @@ JSON] [--busy-timeout S]`` (until killed) or ``python -m tests.chaos.workload
 settle DATA RECORD SEED STATE`` (no new load, no faults: deliver pending verdicts
 and operator actions, wait until nothing is due, write the final state as JSON to
 STATE and exit).
+
+On a fleet (``--dsn DSN --node nK --nodes N --lease-s S``, see `fleet.py`) the
+runtime is a node on PostgreSQL; every node appends to the one record, each line
+tagged with its ``node``. Each node drives only its share of the objects and
+executions (`FleetNode.drives`: one caller per object keeps each object's calls
+in record order), and its calls run on the object's owner. A call whose node
+went away during it (``NodeUnreachable``) is written as ``unknown``: its outcome
+is unknown, like a killed caller's. SIGUSR1 arms the boundary written in
+``--arm-file`` (an ``armed`` line); alarm and writer handlers write a ``span``
+(node, wall-clock start and end) when they end. ``serve`` mode is a node of the
+settling fleet with no load of its own, until SIGTERM.
 """
 
 from __future__ import annotations
@@ -48,13 +59,22 @@ import os
 import random
 import signal
 import sys
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from alarmtop.core import AlarmInfo, DurableObject, ObjectContext, RetryPolicy, Runtime
+from alarmtop.core import (
+    AlarmInfo,
+    DurableObject,
+    ObjectContext,
+    PostgresBackend,
+    RetryPolicy,
+    Runtime,
+)
 from alarmtop.core.clock import SystemClock
 from alarmtop.core.durable import (
     DurableContext,
@@ -68,7 +88,7 @@ from alarmtop.core.durable import (
 from alarmtop.core.durable.config import JitterStrategy
 from alarmtop.core.durable.context import current_step
 from alarmtop.core.durable.service import DurableFunction, Ledger
-from alarmtop.core.errors import StorageError
+from alarmtop.core.errors import NodeUnreachable, StorageError
 from alarmtop.core.storage.sqlite_objects import SqliteBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.festival import FestivalServices, build_festival
@@ -181,17 +201,44 @@ def read_record(path: Path) -> list[dict[str, Any]]:
 
 
 class Record:
-    """The workload's own append-only log; every line is fsync'd before `write` returns."""
+    """The workload's own append-only log; every line is fsync'd before `write` returns.
 
-    def __init__(self, path: Path) -> None:
+    On a fleet every node appends to the same file (each line is one `os.write` on an
+    O_APPEND descriptor, so lines land whole, in one order for all), tagged with the
+    node that wrote it. What the plans need to know (how often a step body ran, which
+    times an object's alarm was set for) is learnt from the file itself, the other
+    nodes' lines included: a step that ran on a node that died runs next on another.
+    """
+
+    def __init__(self, path: Path, node: str | None = None) -> None:
         self.path = path
+        self.node = node
         self.runs: collections.Counter[tuple[str, str]] = collections.Counter()
         self.step_ops: dict[tuple[str, str], set[str]] = collections.defaultdict(set)
         self.used_at: dict[str, set[int]] = collections.defaultdict(set)
         self.executions: dict[str, str] = {}  # id -> handler name
-        for line in read_record(path):
-            self._learn(line)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._read_fd = os.open(path, os.O_RDONLY)
+        self._offset = 0
+        self._learning = threading.Lock()  # step bodies write from worker threads
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Learn from the lines appended since the last look (by any process); a line
+        still being written (no newline yet) waits for the next look."""
+        with self._learning:
+            size = os.fstat(self._read_fd).st_size
+            if size <= self._offset:
+                return
+            chunk = os.pread(self._read_fd, size - self._offset, self._offset)
+            end = chunk.rfind(b"\n") + 1
+            self._offset += end
+            for raw in chunk[:end].split(b"\n"):
+                if raw:
+                    try:
+                        self._learn(json.loads(raw))
+                    except ValueError:
+                        continue  # a line torn by a kill mid-write
 
     def _learn(self, line: dict[str, Any]) -> None:
         kind = line["k"]
@@ -205,11 +252,13 @@ class Record:
 
     def write(self, **line: Any) -> None:
         self.note(**line)
-        self._learn(line)
+        self.refresh()
 
     def note(self, **line: Any) -> None:
         """Append a line without learning from it: safe from any thread (one `os.write`
         on an O_APPEND descriptor lands whole)."""
+        if self.node is not None:
+            line.setdefault("node", self.node)
         data = (json.dumps(line, separators=(",", ":")) + "\n").encode()
         if os.write(self._fd, data) != len(data):
             raise OSError(f"short write to the chaos record {self.path}")
@@ -226,6 +275,17 @@ class Record:
 
     def close(self) -> None:
         os.close(self._fd)
+        os.close(self._read_fd)
+
+    def span(self, obj: str, what: str, start_us: int) -> None:
+        """On a fleet: where and when a handler of `obj` ran (wall clock, microseconds),
+        for the check that no two nodes ran one object's handlers at once."""
+        if self.node is not None:
+            self.note(k="span", obj=obj, what=what, t0=start_us, t1=wall_us())
+
+
+def wall_us() -> int:
+    return time.time_ns() // 1000
 
 
 # -- objects ---------------------------------------------------------------------------------
@@ -267,10 +327,12 @@ class ChaosAlarm(DurableObject):
     async def alarm(self, info: AlarmInfo) -> None:
         env = self.env
         obj = f"ChaosAlarm/{self.ctx.id}"
+        start = wall_us()
         failures = alarm_failures(env.seed, obj, info.scheduled_ms)
         ok = info.retry_count >= failures
         env.record.write(k="fire", obj=obj, at=info.scheduled_ms, retry=info.retry_count, ok=ok)
         await self.ctx.storage.put("fires", int(await self.ctx.storage.get("fires") or 0) + 1)
+        env.record.span(obj, "alarm", start)
         if not ok:
             raise ChaosFault(f"{CHAOS_FAULT}: attempt {info.retry_count} of {obj} fails by plan "
                              f"({failures} failures)")
@@ -289,10 +351,14 @@ class Writer(DurableObject):
             "CREATE TABLE IF NOT EXISTS rows (id TEXT PRIMARY KEY, v TEXT NOT NULL)")
 
     async def write(self, key: str, value: str) -> None:
+        start = wall_us()
         await self.ctx.storage.put(key, value)
+        self.env.record.span(f"Writer/{self.ctx.id}", "write", start)
 
     async def insert(self, row: str) -> None:
+        start = wall_us()
         await self.ctx.storage.sql.exec("INSERT INTO rows (id, v) VALUES (?, ?)", row, row)
+        self.env.record.span(f"Writer/{self.ctx.id}", "insert", start)
 
     async def dump(self) -> dict[str, Any]:
         rows = await self.ctx.storage.sql.exec("SELECT id FROM rows ORDER BY id")
@@ -409,17 +475,44 @@ def build_trip(record: Record, ledger: Ledger, seed: int) -> DurableFunction:
 
 # -- the runtime -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class FleetNode:
+    """This process as one node of a fleet on PostgreSQL."""
+
+    dsn: str
+    node: str
+    nodes: int  # how many nodes run the load (each drives its share of the objects)
+    lease_s: float
+
+    @property
+    def index(self) -> int:
+        return int(self.node.removeprefix("n")) - 1
+
+    def drives(self, obj: str) -> bool:
+        """Whether this node makes the calls to `obj`: one caller per object keeps each
+        object's calls in record order (the checker's premise), while its events run
+        wherever its shard is (most calls are forwarded)."""
+        return int(unit(0, "driver", obj) * self.nodes) == self.index
+
+
+FLEET_SHARDS = 16
+
+
 def make_runtime(data_dir: Path, record: Record, seed: int,
-                 busy_timeout_s: float | None = None) -> Runtime:
+                 busy_timeout_s: float | None = None, fleet: FleetNode | None = None) -> Runtime:
     """The workload's runtime; `busy_timeout_s` (when locks are on) is how long its
     writes wait for a lock another connection holds, in runtime.sqlite and in the
-    databases of the objects that set it (ChaosAlarm, Writer)."""
+    databases of the objects that set it (ChaosAlarm, Writer). With `fleet`: a node
+    on PostgreSQL (short leases) instead of SQLite files."""
     sinks = Sinks(record)
     env = SimpleNamespace(seed=seed, record=record, expiry_sink=sinks, flush_sink=sinks,
                           busy_timeout_ms=None if busy_timeout_s is None
                           else round(busy_timeout_s * 1000))
-    backend = None if busy_timeout_s is None else SqliteBackend(data_dir,
-                                                                busy_timeout_s=busy_timeout_s)
+    backend: Any = None if busy_timeout_s is None else SqliteBackend(
+        data_dir, busy_timeout_s=busy_timeout_s)
+    if fleet is not None:
+        backend = PostgresBackend(fleet.dsn, node_id=fleet.node, shards=FLEET_SHARDS,
+                                  lease_s=fleet.lease_s)
     rt = Runtime(data_dir, clock=SystemClock(), env=env, hibernate_after=0.5, max_resident=48,
                  sweep_interval=2.0, backend=backend)
     rt.register(ChaosAlarm, retry_policy=ALARM_POLICY)
@@ -437,8 +530,10 @@ FAILED: Any = object()  # what `Load.call` returns when the call raised
 class Load:
     """The mixed load of one process life: workers issuing recorded calls."""
 
-    def __init__(self, rt: Runtime, record: Record, seed: int, round_no: int) -> None:
+    def __init__(self, rt: Runtime, record: Record, seed: int, round_no: int,
+                 fleet: FleetNode | None = None) -> None:
         self.rt = rt
+        self.fleet = fleet
         self.record = record
         self.seed = seed
         self.round = round_no
@@ -450,6 +545,9 @@ class Load:
         # Retried once by this process: the status stays needs_human until the next
         # invocation runs, and a second retry would be refused.
         self.retried: set[str] = set()
+
+    def drives(self, obj: str) -> bool:
+        return self.fleet is None or self.fleet.drives(obj)
 
     def _op_id(self) -> str:
         self.ops += 1
@@ -463,6 +561,11 @@ class Load:
             self.record.write(k="intent", op=op, obj=obj, what=what, **args)
             try:
                 result = await fn()
+            except NodeUnreachable as exc:
+                # Forwarded to a node that died (or did not answer) during the call: it
+                # may or may not have run there, an unknown outcome like a kill's.
+                self.record.write(k="unknown", op=op, error=f"{type(exc).__name__}: {exc}"[:300])
+                return FAILED
             except Exception as exc:
                 self.record.write(k="nack", op=op, error=f"{type(exc).__name__}: {exc}"[:300])
                 return FAILED
@@ -476,6 +579,8 @@ class Load:
         # their whole retry ladder (and die as dead letters when they always fail).
         name = f"a{min(int(self.rng.expovariate(1 / 10)), ALARM_OBJECTS - 1)}"
         obj = f"ChaosAlarm/{name}"
+        if not self.drives(obj):
+            return
         stub = self.rt.get(ChaosAlarm, name)
         if self.rng.random() < 0.18:
             await self.call(obj, "delete", stub.disarm)
@@ -485,10 +590,15 @@ class Load:
         at = self.rt.clock.now_ms() + delay
         while at in self.record.used_at[obj]:  # every set of one object has its own time
             at += 1
+        # Taken now, not when its intent is written: another worker may pick the same
+        # object and millisecond while this one waits for the object's call lock.
+        self.record.used_at[obj].add(at)
         await self.call(obj, "set", lambda: stub.arm(at), at=at)
 
     async def writer_op(self) -> None:
         name = f"w{self.rng.randrange(WRITERS)}"
+        if not self.drives(f"Writer/{name}"):
+            return
         stub = self.rt.get(Writer, name)
         token = uuid.uuid4().hex[:12]
         if self.rng.random() < 0.6:
@@ -500,6 +610,8 @@ class Load:
 
     async def counter_op(self) -> None:
         name = f"c{self.rng.randrange(COUNTERS)}"
+        if not self.drives(f"ClickCounter/{name}"):
+            return
         stub = self.rt.get(ClickCounter, name)
         n = self.rng.randint(1, 5)
         await self.call(f"ClickCounter/{name}", "hit", lambda: stub.hit(n), n=n)
@@ -509,6 +621,8 @@ class Load:
         stub = self.rt.get(LeaseLedger, name)
         lease = f"lease{self.rng.randrange(LEASES_PER_LEDGER)}"
         obj = f"LeaseLedger/{name}"
+        if not self.drives(f"{obj}#{lease}"):
+            return
         if self.rng.random() < 0.2:
             await self.call(f"{obj}#{lease}", "release", lambda: stub.release(lease), lease=lease)
             return
@@ -535,6 +649,8 @@ class Load:
         fns, weights = zip(*kinds)
         while True:
             await self.rng.choices(fns, weights)[0]()
+            if self.fleet is not None:
+                await asyncio.sleep(0)  # an object another node drives made no call
 
     # -- verdicts and operators -----------------------------------------------------------
 
@@ -547,7 +663,7 @@ class Load:
         execs = self.rt.executions
         for e in await execs.list(status="suspended", limit=100_000):
             eid = e["execution_id"]
-            if (e["name"] != FESTIVAL or eid in self.refused
+            if (e["name"] != FESTIVAL or eid in self.refused or not self.drives(f"Execution/{eid}")
                     or festival_plan(self.seed, eid).verdict is None):
                 continue
             d = await execs.describe(eid)
@@ -565,6 +681,7 @@ class Load:
         for e in await execs.list(status="needs_human", limit=100_000):
             eid = e["execution_id"]
             if (e["name"] != FESTIVAL or eid in self.refused | self.retried
+                    or not self.drives(f"Execution/{eid}")
                     or not festival_plan(self.seed, eid).operator_retries):
                 continue
             d = await execs.describe(eid)
@@ -585,21 +702,39 @@ class Load:
 
 # -- the two modes ---------------------------------------------------------------------------
 
+def arm(record: Record, round_no: int, boundary: BoundaryDeath) -> None:
+    """Die at `boundary`, writing where to the record the instant before."""
+    def died(info: dict[str, Any]) -> None:
+        record.note(k="boundary", round=round_no, point=boundary.point,
+                    kind=boundary.kind, nth=boundary.nth, obj=boundary.obj,
+                    keys=[list(k) for k in info.get("keys") or [info.get("key")] if k],
+                    extras=info.get("extras"))
+    arm_boundary(boundary, died)
+
+
+def arm_on_signal(record: Record, round_no: int, arm_file: Path) -> None:
+    """On a fleet: SIGUSR1 arms the boundary the harness wrote to `arm_file` (a node
+    is armed while it runs, among the others, rather than at its start)."""
+    def armed() -> None:
+        boundary = BoundaryDeath.from_json(arm_file.read_text())
+        record.write(k="armed", round=round_no, boundary=json.loads(boundary.to_json()))
+        arm(record, round_no, boundary)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, armed)
+
+
 async def run(data_dir: Path, record_path: Path, seed: int, round_no: int,
               boundary: BoundaryDeath | None = None,
-              busy_timeout_s: float | None = None) -> None:
+              busy_timeout_s: float | None = None, fleet: FleetNode | None = None,
+              arm_file: Path | None = None) -> None:
     """Load the runtime until killed (by the harness, or at the boundary it armed)."""
-    record = Record(record_path)
+    record = Record(record_path, None if fleet is None else fleet.node)
+    if arm_file is not None:
+        arm_on_signal(record, round_no, arm_file)  # the harness signals after the boot line
     record.write(k="boot", mode="run", round=round_no, pid=os.getpid(),
                  boundary=None if boundary is None else json.loads(boundary.to_json()))
     if boundary is not None:
-        def died(info: dict[str, Any]) -> None:
-            record.note(k="boundary", round=round_no, point=boundary.point,
-                        kind=boundary.kind, nth=boundary.nth, obj=boundary.obj,
-                        keys=[list(k) for k in info.get("keys") or [info.get("key")] if k],
-                        extras=info.get("extras"))
-        arm_boundary(boundary, died)  # before start: recovery's commits count too
-    rt = make_runtime(data_dir, record, seed, busy_timeout_s)
+        arm(record, round_no, boundary)  # before start: recovery's commits count too
+    rt = make_runtime(data_dir, record, seed, busy_timeout_s, fleet)
     try:
         await rt.start()
     except StorageError as exc:
@@ -610,10 +745,47 @@ async def run(data_dir: Path, record_path: Path, seed: int, round_no: int,
         record.write(k="start_refused", round=round_no, error=str(exc)[:300])
         os.kill(os.getpid(), signal.SIGKILL)
     record.write(k="ready", round=round_no)
-    load = Load(rt, record, seed, round_no)
+    load = Load(rt, record, seed, round_no, fleet)
     tasks = [asyncio.ensure_future(load.worker()) for _ in range(WORKERS)]
     tasks.append(asyncio.ensure_future(load.ticker()))
+    if fleet is not None:
+        tasks.append(asyncio.ensure_future(watch_leases(rt, record)))
     await asyncio.gather(*tasks)  # until SIGKILL (a failure ends the process loudly)
+
+
+async def watch_leases(rt: Runtime, record: Record) -> None:
+    """On a fleet: write down when this node's lease renewals run late (past the lease,
+    other nodes may take its shards while it still runs their handlers), each clean
+    hand-over it starts and every change of the shards it holds, for the checker and
+    for whoever reads the record."""
+    backend = rt.backend
+    assert isinstance(backend, PostgresBackend)
+    changed = backend._changed
+
+    def noted(gained: set[int], lost: set[int]) -> None:
+        record.write(k="shards", gained=sorted(gained), lost=sorted(lost), t=wall_us())
+        changed(gained, lost)
+
+    backend._changed = noted  # type: ignore[method-assign]
+    keep = backend.keep_leases_once
+
+    async def timed() -> None:
+        # A round that starts past the lease its last one wrote: the others may have
+        # taken this node's shards meanwhile (written before the round finds out).
+        age_ms = time.time_ns() // 1_000_000 - backend._renewed_ms
+        if backend._renewed_ms and age_ms > backend.lease_ms:
+            record.write(k="lease_late", age_ms=age_ms, t=wall_us())
+        await keep()
+
+    backend.keep_leases_once = timed  # type: ignore[method-assign]
+    hand_over = backend.hand_over
+
+    async def handing(shards: Any, to: str | None) -> None:
+        record.write(k="handover", shards=sorted(shards), to=to, t=wall_us())
+        await hand_over(shards, to)
+
+    backend.hand_over = handing  # type: ignore[method-assign]
+    await asyncio.Event().wait()  # the hooks stay until the process is killed
 
 
 async def settled(rt: Runtime, load: Load) -> list[str]:
@@ -657,12 +829,27 @@ async def dump(rt: Runtime, record: Record) -> dict[str, Any]:
     return state
 
 
+async def serve(data_dir: Path, record_path: Path, seed: int, fleet: FleetNode) -> None:
+    """On a fleet's settle: a node with no load of its own (the settler, another node,
+    sends what is owed), running the events of its shards until SIGTERM."""
+    record = Record(record_path, fleet.node)
+    record.write(k="boot", mode="serve", pid=os.getpid())
+    rt = make_runtime(data_dir, record, seed, fleet=fleet)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await rt.start()
+    record.write(k="ready", round="serve")
+    await stop.wait()
+    await rt.stop()
+    record.close()
+
+
 async def settle(data_dir: Path, record_path: Path, seed: int, state_path: Path,
-                 deadline_s: float = SETTLE_DEADLINE_S) -> None:
+                 deadline_s: float = SETTLE_DEADLINE_S, fleet: FleetNode | None = None) -> None:
     """No new load: finish what is owed, wait for quiet, write the final state."""
-    record = Record(record_path)
+    record = Record(record_path, None if fleet is None else fleet.node)
     record.write(k="boot", mode="settle", pid=os.getpid())
-    rt = make_runtime(data_dir, record, seed)
+    rt = make_runtime(data_dir, record, seed, fleet=fleet)
     await rt.start()
     record.write(k="ready", round="settle")
     load = Load(rt, record, seed, 10**6)
@@ -688,7 +875,7 @@ async def settle(data_dir: Path, record_path: Path, seed: int, state_path: Path,
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.workload")
-    parser.add_argument("mode", choices=["run", "settle"])
+    parser.add_argument("mode", choices=["run", "settle", "serve"])
     parser.add_argument("data", type=Path)
     parser.add_argument("record", type=Path)
     parser.add_argument("seed", type=int)
@@ -697,12 +884,23 @@ def main(argv: list[str]) -> None:
                         help="run: die at this write boundary (JSON, see faults.py)")
     parser.add_argument("--busy-timeout", type=float, default=None,
                         help="run: how long writes wait for another connection's lock (s)")
+    parser.add_argument("--dsn", default=None, help="a fleet node on this PostgreSQL")
+    parser.add_argument("--node", default="n1", help="fleet: this node's id (n1..nN)")
+    parser.add_argument("--nodes", type=int, default=1, help="fleet: how many nodes run the load")
+    parser.add_argument("--lease-s", type=float, default=1.5, help="fleet: the shard leases")
+    parser.add_argument("--arm-file", type=Path, default=None,
+                        help="fleet run: SIGUSR1 arms the boundary written in this file")
     args = parser.parse_args(argv)
+    fleet = None if args.dsn is None else FleetNode(args.dsn, args.node, args.nodes, args.lease_s)
     if args.mode == "run":
         asyncio.run(run(args.data, args.record, args.seed, int(args.last), args.boundary,
-                        args.busy_timeout))
+                        args.busy_timeout, fleet, args.arm_file))
+    elif args.mode == "serve":
+        if fleet is None:
+            parser.error("serve is a fleet node's mode: give --dsn")
+        asyncio.run(serve(args.data, args.record, args.seed, fleet))
     else:
-        asyncio.run(settle(args.data, args.record, args.seed, Path(args.last)))
+        asyncio.run(settle(args.data, args.record, args.seed, Path(args.last), fleet=fleet))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,167 @@
+"""Two faults the chaos harness found on a fleet (`python -m tests.chaos.harness
+--backend postgres`), each kept as a test.
+
+- A node that gained shards counted every attempt it had in flight on the shards it
+  kept as crashed (its recovery of the gained shards' attempts took all 'running'
+  rows it holds): a handler that succeeded was retried, and one that outlived a few
+  such gains ended as a dead letter, "the runtime stopped while the handler ran",
+  on a node that never stopped.
+- A node restarting listens for other nodes' calls before it runs events: a call
+  forwarded to it then failed with RuntimeNotRunning instead of waiting for it.
+- A node restarting failed to start when a shard it was recovering cut attempts of
+  went to another node meanwhile (LeaseLost out of start()).
+- A call sent on a connection to a peer that had just died (before the reader saw
+  it close) failed with websockets' ConnectionClosedError, which the router does not
+  retry, instead of PeerDown (nothing was sent: ask the shard's next owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
+from alarmtop.core.errors import LeaseLost, PeerDown
+from alarmtop.core.nodes import NodeClient
+from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+
+
+class Held(DurableObject):
+    """An alarm handler that runs until the test lets it end."""
+
+    entered: asyncio.Event
+    release: asyncio.Event
+    runs: list[int]
+
+    async def arm(self, delay_ms: int) -> None:
+        await self.ctx.storage.set_alarm(self.ctx.now_ms() + delay_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        Held.runs.append(info.retry_count)
+        Held.entered.set()
+        await Held.release.wait()
+        await self.ctx.storage.put("done", True)
+
+    async def add(self, n: int) -> int:
+        value = int(await self.ctx.storage.get("n") or 0) + n
+        await self.ctx.storage.put("n", value)
+        return value
+
+
+def _reset() -> None:
+    Held.entered, Held.release, Held.runs = asyncio.Event(), asyncio.Event(), []
+
+
+async def test_gaining_shards_does_not_cut_the_attempts_in_flight(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(a, "Held")
+    before = set(backend_of(a).epochs)
+    await a.get("Held", name).arm(1_000)
+    # advance() waits for the handler, which waits for the test: run it alongside.
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    await b.stop()  # its shards go to a, which recovers their cut attempts
+    await balance(a)
+    assert set(backend_of(a).epochs) > before
+    await asyncio.sleep(0.2)  # the gain's recovery runs meanwhile (a spawned task)
+    status = await a.alarm("Held", name)
+    assert status is not None and status.state == "running" and status.retry_count == 0, status
+    Held.release.set()
+    await asyncio.wait_for(advancing, 10)
+    await until(lambda: _gone(a, name), what="the attempt ended")
+    assert Held.runs == [0]  # it ran once, and was never counted as crashed
+
+
+async def _gone(rt: Runtime, name: str) -> bool:
+    return await rt.alarm("Held", name) is None
+
+
+async def test_a_call_to_a_node_not_yet_running_waits_for_it(node: NodeFactory) -> None:
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(b, "Held")
+    b.running = False  # as between listening and running, while b starts
+    call = asyncio.ensure_future(a.get("Held", name).add(1))
+    await asyncio.sleep(0.3)
+    assert not call.done()  # nothing ran on b; a asks again
+    b.running = True
+    assert await asyncio.wait_for(call, 10) == 1
+
+
+async def test_a_call_on_a_connection_the_peer_closed_is_peer_down(node: NodeFactory) -> None:
+    _reset()
+    a = await node("a", Held)
+    address = backend_of(a).address
+    assert address is not None
+    client = NodeClient(address, "b", backend_of(a).cluster_secret)
+    try:
+        name = name_on(a, "Held")
+        assert await client.request("call", timeout_s=5, cls="Held", name=name, method="add",
+                                    args=[1], kwargs={}) == 1
+        conn = client._conn
+        await conn.close()
+        client._conn = conn  # closed, and its reader has not noticed yet
+        with pytest.raises(PeerDown):
+            await client.request("call", timeout_s=5, cls="Held", name=name, method="add",
+                                 args=[1], kwargs={})
+    finally:
+        await client.close()
+
+
+async def test_an_attempt_that_ends_during_the_recovery_of_a_gain_is_left_alone(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recovery reads the 'running' rows, then recovers them one by one: an attempt
+    of this node that ends in between left a stale row in what was read."""
+    _reset()
+    a = await node("a", Held)
+    name = name_on(a, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    index = a.scheduler.index
+    read = index.in_state
+
+    async def read_then_end(*args: object, **kwargs: object) -> object:
+        rows = await read(*args, **kwargs)  # type: ignore[arg-type]
+        Held.release.set()  # the attempt ends after the read
+        await until(lambda: _gone(a, name), what="the attempt ended")
+        return rows
+
+    monkeypatch.setattr(index, "in_state", read_then_end)
+    await a.scheduler.reload()  # what gaining a shard runs
+    monkeypatch.undo()
+    await asyncio.wait_for(advancing, 10)
+    await clock.advance(300)  # time for any retry it was given
+    assert Held.runs == [0] and await _gone(a, name)
+
+
+async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_owner(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarting node recovers the attempts its last run left 'running'; another node
+    may claim one of those shards meanwhile. Its recovery is then the new owner's:
+    start() (and a gain's reload) carry on instead of failing."""
+    _reset()
+    a = await node("a", Held)
+    name = name_on(a, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    sched = a.scheduler
+    monkeypatch.setattr(sched, "running", {})  # as if its last run had died mid-attempt
+    backend = backend_of(a)
+
+    async def moved(conn: object, shards: set[int]) -> None:
+        raise LeaseLost("the shard went to another node")
+
+    monkeypatch.setattr(backend._index, "fence", moved)
+    await asyncio.wait_for(sched.reload(), 10)  # no LeaseLost out of it
+    monkeypatch.undo()
+    Held.release.set()
+    await asyncio.wait_for(advancing, 10)
