@@ -24,9 +24,11 @@ on an object) is cut off, so `alarmtop serve` and the console quit in time.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import ssl
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -92,11 +94,24 @@ class _Pace:
     def __init__(self, commands_per_s: float, queries_per_s: float) -> None:
         self.commands = RateLimit(commands_per_s, RATE_BURST)
         self.queries = RateLimit(queries_per_s, max(QUERY_BURST, queries_per_s * 2))
-        self.rejected = 0  # in a row, whichever budget refused
+        # When frames were refused in the last second, whichever budget refused. Not
+        # "in a row": a flood only a little faster than the budget gets a frame through
+        # now and then, which would reset such a count for ever; a console at its own
+        # pace is never refused at all (the budgets are ten times it).
+        self._refused: collections.deque[float] = collections.deque()
+
+    @property
+    def rejected(self) -> int:
+        """Frames refused in the last second."""
+        return len(self._refused)
 
     def allow(self, query: bool) -> bool:
         ok = (self.queries if query else self.commands).allow()
-        self.rejected = 0 if ok else self.rejected + 1
+        now = time.monotonic()
+        if not ok:
+            self._refused.append(now)
+        while self._refused and self._refused[0] < now - 1.0:
+            self._refused.popleft()
         return ok
 
 
