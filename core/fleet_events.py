@@ -44,6 +44,11 @@ class EventRing:
         self._seq += 1
         self._ring.append((self._seq, event))
 
+    @property
+    def watched(self) -> bool:
+        """Whether the ring listens (someone pulled within `IDLE_S`)."""
+        return self._unlisten is not None
+
     def pull(self, after: int, limit: int = PULL_LIMIT) -> dict[str, Any]:
         """Events numbered after `after` (at most `limit`), the last number, and how
         many the puller missed because the ring moved past them."""

@@ -54,10 +54,10 @@ def test_the_ring_stops_listening_when_nobody_pulls() -> None:
     bus = EventBus(clock)
     ring = EventRing(bus, now)
     last = ring.pull(0)["last"]
-    assert bus.active
+    assert bus.active and ring.watched
     now.t = IDLE_S + 1
     ring.idle_check()
-    assert not bus.active  # nothing left listening: the hot paths skip building events
+    assert not bus.active and not ring.watched  # nothing left listening: the hot paths skip building events
     bus.emit("alarm.fired")
     assert ring.pull(last)["events"] == []  # listening again from here
 
@@ -91,7 +91,9 @@ async def test_any_nodes_feed_shows_the_fleets_events(node: NodeFactory,
             reader = asyncio.create_task(read())
             try:
                 # The puller's first round only starts b's ring; then the alarm fires.
-                await asyncio.sleep(0.6)
+                ring = b._event_ring
+                assert ring is not None
+                await until(lambda: ring.watched, what="a pulling b's events")
                 await b.get("Counter", name).arm(0)
                 await clock.advance(1)
 
