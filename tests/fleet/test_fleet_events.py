@@ -57,7 +57,8 @@ def test_the_ring_stops_listening_when_nobody_pulls() -> None:
     assert bus.active and ring.watched
     now.t = IDLE_S + 1
     ring.idle_check()
-    assert not bus.active and not ring.watched  # nothing left listening: the hot paths skip building events
+    # Nothing left listening: the hot paths skip building events.
+    assert not bus.active and not ring.watched
     bus.emit("alarm.fired")
     assert ring.pull(last)["events"] == []  # listening again from here
 
