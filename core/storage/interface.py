@@ -55,6 +55,17 @@ class Counts:
         return sum(n for (cls, retries), n in self.retries.items()
                    if retries >= max_retries(cls))
 
+    def by_state(self) -> dict[str, int]:
+        """Alarms by state, every state named (0 where there is none)."""
+        from alarmtop.core.alarms.policy import AlarmState
+        counts = {s.value: 0 for s in AlarmState}
+        counts.update(self.alarms)
+        return counts
+
+    def retry_rows(self) -> list[tuple[str, int, int]]:
+        """(class, retry count, how many) over alarms retrying or running a retry."""
+        return [(cls, retries, n) for (cls, retries), n in self.retries.items()]
+
 
 class ObjectEntry(NamedTuple):
     """An object the runtime knows of, as the objects listing shows it."""

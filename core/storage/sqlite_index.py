@@ -471,13 +471,10 @@ class SqliteAlarmIndex:
         return await self._reader.run(R.recount)
 
     async def counts(self) -> dict[str, int]:
-        counts = {s.value: 0 for s in AlarmState}
-        counts.update(self.counters().alarms)
-        return counts
+        return self.counters().by_state()
 
     async def retry_counts(self) -> list[tuple[str, int, int]]:
-        """(class, retry count, how many) over alarms retrying or running a retry."""
-        return [(cls, retries, n) for (cls, retries), n in self.counters().retries.items()]
+        return self.counters().retry_rows()
 
     async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
                           offset: int = 0, contains: str | None = None,
