@@ -188,6 +188,20 @@ class PostgresBackend:
             self.address = address
 
     async def close(self) -> None:
+        faults, pool = self._faults, self._pool
+        try:
+            await self._close()
+        except BaseException:
+            # Cut short (the runtime's stop ran out of its grace, say): every connection
+            # goes now rather than with the garbage collector.
+            if faults is not None:
+                faults.cut_off()
+            self._index.cut_off()
+            if pool is not None:
+                pool.terminate()
+            raise
+
+    async def _close(self) -> None:
         faults, self._faults = self._faults, None
         if faults is not None:
             await faults.stop()
