@@ -211,6 +211,15 @@ def progress_text(b: Batch) -> str:
     return f"{text} ({b.status})"
 
 
+def batch_id_of(data: Any) -> str | None:
+    """The batch id an event's data (`batch_id`) or a `bulk` / `bulk_start` answer (the
+    batch row: `id`) names; None when it names none."""
+    if not isinstance(data, dict):
+        return None
+    bid = data.get("batch_id") or data.get("id")
+    return bid if isinstance(bid, str) and bid else None
+
+
 @dataclass
 class BulkBook:
     """Every batch this console has heard of, by id (bounded: the newest `keep`)."""
@@ -220,8 +229,8 @@ class BulkBook:
 
     def apply(self, data: dict[str, Any]) -> Batch | None:
         """Merge an event's data or a `bulk` answer; the batch as it is now."""
-        bid = data.get("batch_id") or data.get("id")  # events say batch_id, answers id
-        if not isinstance(bid, str) or not bid:
+        bid = batch_id_of(data)
+        if bid is None:
             return None
         batch = self.batches.pop(bid, None) or Batch(bid)
         self.batches[bid] = batch = batch.merged(data)

@@ -7,11 +7,13 @@ for its verdict, one that needs a human). `console()` opens an `AlarmtopApp` on
 that server; `Recorder` keeps every notification the console posts, so a test
 can check that an action's result was shown. `until()` waits for the console to
 catch up with frames from the server: it polls with short pilot pauses and fails
-after a bounded number of them, it never sleeps for a timer.
+after a bounded number of them, it never sleeps for a timer; its check may also be
+a coroutine function, to wait for the runtime (a batch's status, an alarm's state).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +25,7 @@ from textual.notifications import Notify
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from alarmtop.core import RetryPolicy, Runtime, VirtualClock
+from alarmtop.core import DurableObject, RetryPolicy, Runtime, VirtualClock
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.examples.flaky import Flaky
 from alarmtop.server.app import OpsServer
@@ -64,14 +66,22 @@ class Recorder:
 
 async def until(pilot: Pilot[Any], check: Callable[[], object], what: str,
                 within_s: float = WAIT_S) -> None:
-    """Let the console run until `check()` is truthy; fail saying `what` was awaited."""
+    """Let the console run until `check()` is truthy (awaited when it returns an
+    awaitable); fail saying `what` was awaited."""
     for _ in range(int(within_s / POLL_S)):
-        if check():
+        if await _holds(check):
             return
         await pilot.pause(POLL_S)
-    if check():
+    if await _holds(check):
         return
     raise AssertionError(f"timed out waiting for {what}")
+
+
+async def _holds(check: Callable[[], object]) -> bool:
+    result = check()
+    if inspect.isawaitable(result):
+        result = await result
+    return bool(result)
 
 
 def table_keys(pilot: Pilot[Any], selector: str) -> list[str]:
@@ -135,13 +145,15 @@ class Harness:
         self.apps.append(app)
         return app
 
-    async def dead_letter(self, name: str = "payments-1") -> str:
-        """A Flaky object whose alarm walked the fast ladder to a dead letter."""
-        await self.rt.get(Flaky, name).arm(0)
+    async def dead_letter(self, name: str = "payments-1",
+                          cls: type[DurableObject] = Flaky) -> str:
+        """A Flaky object (or one of `cls`, registered with the fast ladder and an `arm`
+        like Flaky's) whose alarm walked the fast ladder to a dead letter."""
+        await self.rt.get(cls, name).arm(0)
         await self.clock.advance(5)
-        status = await self.rt.alarm(Flaky, name)
+        status = await self.rt.alarm(cls, name)
         assert status is not None and status.state == "dead", status
-        return f"Flaky/{name}"
+        return f"{cls.__name__}/{name}"
 
     async def pending(self, name: str = "payments-9", in_s: int = 3600) -> str:
         """A Flaky object whose alarm is due in `in_s` seconds."""

@@ -10,12 +10,14 @@ always.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 import pytest
-from textual.widgets import Button, Input, Select
+from textual.widgets import Button, Input, Label, Select
 
+from alarmtop.core import AlarmInfo, DurableObject, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
 from alarmtop.server.wire import OPS
 from alarmtop.tui.bulk import Batch, BulkBook, parse_duration, parse_when, progress_text, selection
@@ -32,7 +34,16 @@ from alarmtop.tui.screens.bulk_dialogs import (
 from alarmtop.tui.screens.executions import ExecutionsScreen
 from alarmtop.tui.screens.timers import OLD_SERVER, TimersScreen
 from alarmtop.tui.timers import Cursors, countdown, overdue, timer_cells
-from tests.tui.conftest import Harness, cell_text, fixed_keys, focus, static_text, table_keys, until
+from tests.tui.conftest import (
+    FAST_RETRY,
+    Harness,
+    cell_text,
+    fixed_keys,
+    focus,
+    static_text,
+    table_keys,
+    until,
+)
 from tests.tui.test_console import (
     audit_actions,
     connected,
@@ -288,9 +299,11 @@ async def test_bulk_rearm_of_marked_dead_letters(harness: Harness) -> None:
         await focus(pilot, "reason")
         await paste(pilot, "processor back")
         await pilot.click("#ok")
-        await dialog(pilot, BulkProgressScreen)
+        screen = await dialog(pilot, BulkProgressScreen)
         await until(pilot, lambda: "2 of 2 done, 0 failed, 0 left" in static_text(
             pilot, "#bulk-counts"), "the batch to finish")
+        assert rec.has(f"started re-arm on 2 alarms marked as batch "
+                       f"{screen.watched.batch_id}", "information"), rec.messages()
         assert len(pilot.app.marks) == 0
         for ref in dead:
             status = await harness.rt.alarm("Flaky", ref.split("/")[1])
@@ -298,6 +311,122 @@ async def test_bulk_rearm_of_marked_dead_letters(harness: Harness) -> None:
         actions = [a[0] for a in await audit_actions(harness)]
         assert actions.count("rearm") >= 2 and any("bulk" in a for a in actions)
         await settle_workers(pilot)
+
+
+def stuck_class(clock: VirtualClock, held: dict[str, asyncio.Event]) -> type[DurableObject]:
+    """A class whose alarm fails like Flaky's; an attempt of an object named in `held`
+    first waits for its event to be set, holding the object's turn meanwhile (as a
+    handler stuck on a slow downstream does). The wait is idle to the virtual clock."""
+
+    class Stuck(DurableObject):
+        async def arm(self, delay_ms: int = 0) -> int:
+            at = self.ctx.now_ms() + int(delay_ms)
+            await self.ctx.storage.set_alarm(at)
+            return at
+
+        async def alarm(self, info: AlarmInfo) -> None:
+            gate = held.get(self.ctx.id)
+            if gate is not None:
+                await clock.idle_wait(gate.wait())
+            raise RuntimeError("downstream unavailable")
+
+    return Stuck
+
+
+@needs("bulk_start", "bulk", "bulk_cancel")
+async def test_cancel_a_running_batch_from_its_progress_view(harness: Harness) -> None:
+    """Ten marked dead letters, b, Re-arm one at a time (throttle 1): the fifth one's
+    object is busy in an attempt, so the batch waits on it with four done. Cancel batch
+    there: the server marks the batch cancelling, the item in flight ends as it will
+    (re-armed once the attempt let go), the five not started stay dead letters. The
+    view says cancelled and hides Cancel; the audit log has the batch as cancelled,
+    with a re-arm row for each item done and none for the others."""
+    held: dict[str, asyncio.Event] = {}
+    stuck = stuck_class(harness.clock, held)
+    harness.rt.register(stuck, retry_policy=FAST_RETRY)
+    names = [f"s-{i:02d}" for i in range(1, 11)]
+    dead = [await harness.dead_letter(n, stuck) for n in names]
+    done_keys, left_keys = dead[:5], dead[5:]
+    gate = held["s-05"] = asyncio.Event()
+    app, rec = await start(harness)
+    try:
+        async with run(app, rec) as pilot:
+            await connected(pilot)
+            await view(pilot, "5", DeadLettersScreen, "#alarm-page", dead)
+            await pilot.press(*["space"] * len(dead))
+            await until(pilot, lambda: pilot.app.marks.keys("alarms") == dead, "the marks")
+            # s-05 is re-armed meanwhile and its attempt hangs: its object is busy.
+            await harness.rt.rearm(stuck, "s-05")
+            await harness.clock.advance(0)
+            status = await harness.rt.alarm(stuck, "s-05")
+            assert status is not None and status.state == "running", status
+            await pilot.press("b")
+            form = await dialog(pilot, BulkDialog)
+            await pilot.pause()
+            assert form.keys == dead
+            assert str(form.query_one("#ok", Button).label) == "Re-arm 10 alarms"
+            await focus(pilot, "reason")
+            await paste(pilot, "processor back")
+            await focus(pilot, "throttle")
+            await paste(pilot, "1")
+            await pilot.click("#ok")
+            screen = await dialog(pilot, BulkProgressScreen)
+            bid = screen.watched.batch_id
+            # the start's notice names the batch (the answer is the batch row: its `id`)
+            await until(pilot, lambda: rec.has(
+                f"started re-arm on 10 alarms marked as batch {bid}", "information"),
+                f"the start's notice (seen: {rec.messages()})")
+
+            async def batch() -> dict[str, Any]:
+                return await harness.rt.bulk.get(bid)
+
+            await until(pilot, lambda: "4 of 10 done, 0 failed, 6 left (running)"
+                        in static_text(pilot, "#bulk-counts"), "four items done")
+
+            async def waiting_on_the_fifth() -> bool:
+                b = await batch()
+                return b["status"] == "running" and b["done"] == 4 and b["in_flight"] == 1
+
+            await until(pilot, waiting_on_the_fifth, "the batch to wait on s-05")
+            cancel = screen.query_one("#cancel-batch", Button)
+            assert cancel.display
+            await pilot.click("#cancel-batch")
+
+            async def cancelling() -> bool:
+                return (await batch())["status"] == "cancelling"
+
+            await until(pilot, cancelling, "the server to take the cancel")
+            gate.set()  # the attempt ends; the item in flight finishes, nothing more starts
+            await until(pilot, lambda: "(cancelled)" in static_text(pilot, "#bulk-counts"),
+                        "the view to say cancelled")
+            assert static_text(pilot, "#bulk-counts") == (
+                f"rearm {bid}: 5 of 10 done, 0 failed, 0 left, 5 cancelled (cancelled)")
+            assert "cancelled" in str(screen.query_one("#bulk-title", Label).content)
+            assert not cancel.display
+            await until(pilot, lambda: rec.has(f"cancelling batch {bid} (rearm)",
+                                               "information"),
+                        f"the cancel's notice (seen: {rec.messages()})")
+            await settle_workers(pilot)
+    finally:
+        gate.set()
+    b = await harness.rt.bulk.get(bid)
+    assert (b["status"], b["total"], b["done"], b["failed"], b["cancelled"], b["left"]) == (
+        "cancelled", 10, 5, 0, 5, 0), b
+    for ref in dead:
+        status = await harness.rt.alarm(stuck, ref.split("/")[1])
+        assert status is not None
+        assert (status.state != "dead") == (ref in done_keys), (ref, status.state)
+    audit = await harness.rt.audit.list()
+    (entry,) = [a for a in audit if a["action"] == "bulk_rearm" and a["target"] == bid]
+    assert not entry["ok"] and entry["reason"] == "processor back"
+    assert {k: entry["detail"][k] for k in ("status", "total", "done", "failed",
+                                            "cancelled")} == {
+        "status": "cancelled", "total": 10, "done": 5, "failed": 0, "cancelled": 5}
+    rearmed = [a["target"] for a in audit if a["action"] == "rearm"
+               and (a.get("detail") or {}).get("batch_id") == bid]
+    assert sorted(rearmed) == done_keys and not set(rearmed) & set(left_keys)
+    assert [(a["target"], a["ok"], a["role"]) for a in audit
+            if a["action"] == "bulk_cancel"] == [(bid, True, "operator")]
 
 
 @needs("bulk_preview", "bulk_start")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from textual import work
 from textual.binding import Binding
 
-from alarmtop.tui.bulk import action_of
+from alarmtop.tui.bulk import action_of, batch_id_of
 from alarmtop.tui.marks import TooManyMarks, counted
 from alarmtop.tui.screens.base import ConsoleScreen
 from alarmtop.tui.screens.bulk_dialogs import BulkDialog, BulkProgressScreen, SelectionDialog
@@ -117,8 +117,8 @@ class MarkingMixin(ConsoleScreen):
                            args["action"])
         outcome = await self.console.perform(
             "bulk_start", what, args,
-            said=lambda d: f"started {action.label.lower()} on {what} as batch "
-                           f"{(d or {}).get('batch_id')}")
+            said=lambda d: f"started {action.label.lower()} on {what}" + (
+                f" as batch {bid}" if (bid := batch_id_of(d)) else ""))
         if not outcome.ok:
             return False
         data = dict(outcome.data or {})
