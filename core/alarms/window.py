@@ -7,6 +7,7 @@ can pick the next due alarm without a query. Pure bookkeeping: no I/O.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -28,6 +29,9 @@ class DueWindow:
         self._entry: dict[AlarmKey, int] = {}
         self._seq = itertools.count()
         self._shrink_at = 2 * capacity  # see shrink()
+        # Set when shrink() cut below a tie (see there): the window then holds less than
+        # a quarter of its capacity on purpose, and refills only once it runs dry.
+        self._cut_below_tie = False
 
     def __len__(self) -> int:
         return len(self.records)
@@ -100,7 +104,8 @@ class DueWindow:
         self.horizon_ms = -math.inf
 
     def needs_refill(self) -> bool:
-        return self.horizon_ms != math.inf and len(self.records) < self.capacity // 4
+        return (self.horizon_ms != math.inf and not self._cut_below_tie
+                and len(self.records) < self.capacity // 4)
 
     def load(self, rows: Iterable[AlarmRecord], complete: bool, skip: set[AlarmKey]) -> None:
         """Add a page read from the index (rows due after the horizon, soonest first).
@@ -109,6 +114,7 @@ class DueWindow:
         while the page was read; their in-memory state is newer and is kept.
         """
         last: int | None = None
+        self._cut_below_tie = False
         rows = list(rows)
         if rows:
             last = rows[-1].due_ms
@@ -132,6 +138,13 @@ class DueWindow:
                       if r.due_ms is not None and r.state is not AlarmState.RUNNING)
         if len(dues) > self.capacity:
             cut = dues[self.capacity - 1]
+            below = bisect.bisect_left(dues, cut)
+            if below and bisect.bisect_right(dues, cut) - below > self.capacity:
+                # Many alarms tie on the cut (a bulk re-arm to one time, say): keeping
+                # them would keep the window as large as the tie. Keep only what is due
+                # before it; those tied are read again when the window runs dry.
+                cut -= 1
+                self._cut_below_tie = True
             self.horizon_ms = cut
             for key in [k for k, r in self.records.items()
                         if r.state is not AlarmState.RUNNING and (r.due_ms or 0) > cut]:

@@ -29,6 +29,7 @@ import asyncio
 import builtins
 import itertools
 import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +43,11 @@ from alarmtop.core.bulk.actions import (
     already_applied,
     plan_start,
 )
+from alarmtop.core.bulk.pacing import GapPacer
 from alarmtop.core.bulk.progress import Progress, finished_status
 from alarmtop.core.bulk.selection import Selection, parse_selection
 from alarmtop.core.errors import AlarmtopError, InvalidArgument, NoAlarm, NotFound
-from alarmtop.core.storage.operator_store import BATCH_OPEN, ItemOutcome
+from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 
 if TYPE_CHECKING:
     from alarmtop.core.runtime import Runtime
@@ -56,12 +58,11 @@ CHUNK = 2_000  # open items read at a time
 # commits queue behind a group's on the one writer, and a group of a thousand
 # (three thousand rows with its outcomes and audit) holds them for tens of ms.
 WRITE_GROUP = 200
-# A batch gives way to the alarms it shares the runtime database with: before each
-# group it waits (on the wall clock, at most this long) while alarm attempts run or
-# are due, so their commits do not queue behind the batch's.
-YIELD_MAX_S = 0.05
+# A batch gives way to the alarms it shares the runtime database with: each group
+# is sized to fit before the next due alarm (`pacing`), looked at this often.
 YIELD_STEP_S = 0.001
 PREVIEW_SAMPLE = 20
+CANCEL_ANSWER_S = 2.0  # a cancel answers by then, ended or still "cancelling"
 FAILURES_SHOWN = 100
 # The runtime's own action for an alarm item sent one by one (`Runtime._operate_here`).
 _RUNTIME_ACTION = {"rearm": "re-arm", "fire_now": "fire", "clear_dead_letter": "clear",
@@ -105,6 +106,7 @@ class _Runner:
         self.cancelled = False
         self.task: asyncio.Task[None] | None = None
         self.progress: Progress | None = None
+        self.cancel_reason: str | None = None
 
 
 class BulkService:
@@ -207,9 +209,14 @@ class BulkService:
         return batch_id
 
     async def _prepare(self, batch_id: str, sel: Selection, after: str | None) -> int:
-        """Record the selection's keys (from `after` on), chunk by chunk; the total."""
+        """Record the selection's keys (from `after` on), chunk by chunk, each chunk
+        fitted between the alarms due as a group of items is; the total."""
+        pacer = GapPacer(PREP_CHUNK)
         while True:
-            _, after = await self.store.prepare_step(batch_id, sel, after)
+            size = await self._give_way(pacer, PREP_CHUNK)
+            began = time.perf_counter()
+            _, after = await self.store.prepare_step(batch_id, sel, after, size)
+            pacer.observe(size, (time.perf_counter() - began) * 1000)
             if after is None:
                 break
         row = await self.store.get_batch(batch_id)
@@ -228,12 +235,21 @@ class BulkService:
         runner = self._runners.get(batch_id)
         if runner is not None:
             runner.cancelled = True
+            runner.cancel_reason = _text(reason)
             await self.store.submit(self.store.finish_write(batch_id, "cancelling",
                                                             self.rt.clock.now_ms()))
+            prog = runner.progress
+            self.rt.events.emit("bulk.progress", {
+                "batch_id": batch_id, "action": row["action"], "kind": row["kind"],
+                **(prog.counts() if prog is not None else {"total": row["total"]}),
+                "status": "cancelling"})
             if runner.task is not None:
-                await asyncio.shield(runner.task)
+                # Items in flight end as they will, and one may wait on a busy object:
+                # the answer (an operator's, under the server's command deadline) says
+                # "cancelling" then, and the batch ends cancelled when they have.
+                await asyncio.wait({runner.task}, timeout=CANCEL_ANSWER_S)
         else:  # no runner on this node (it never resumed here): end it now
-            await self._finish(row, None, cancelled=True)
+            await self._finish(row, None, cancelled=True, cancel_reason=_text(reason))
         return await self.get(batch_id)
 
     async def wait(self, batch_id: str) -> dict[str, Any]:
@@ -277,21 +293,27 @@ class BulkService:
                                               cancelled=row["cancelled"],
                                               now_ms=clock.now_ms())
             seq = 0
+            largest = min(row["throttle"], WRITE_GROUP)
+            pacer = GapPacer(largest)
             while not runner.cancelled:
                 items = await self.store.open_items(batch_id, seq, CHUNK)
                 if not items:
                     break
-                step = min(row["throttle"], WRITE_GROUP)
-                for i in range(0, len(items), step):
-                    if runner.cancelled:
+                i = 0
+                while i < len(items) and not runner.cancelled:
+                    size = await self._give_way(pacer, largest)
+                    if runner.cancelled:  # while it waited for room
                         break
-                    group = items[i:i + step]
-                    await self._give_way()
+                    group = items[i:i + size]
+                    began = time.perf_counter()
                     await self._group(row, prog, group)
+                    pacer.observe(len(group), (time.perf_counter() - began) * 1000)
+                    i += len(group)
                     seq = group[-1][0]
                     if prog.due(clock.now_ms()):
                         self._progress(row, prog)
-            await self._finish(row, prog, cancelled=runner.cancelled)
+            await self._finish(row, prog, cancelled=runner.cancelled,
+                               cancel_reason=runner.cancel_reason)
         except asyncio.CancelledError:
             raise  # the runtime stops: the batch stays open and resumes at the next start
         except Exception:
@@ -300,19 +322,22 @@ class BulkService:
         finally:
             self._runners.pop(batch_id, None)
 
-    async def _give_way(self) -> None:
-        """Let due and running alarm attempts go first (see YIELD_MAX_S). Only on the
-        system clock: a virtual clock's alarms wait for the test to move it, and a
-        bounded wait keeps a steady stream of alarms from starving the batch."""
+    async def _give_way(self, pacer: GapPacer, largest: int) -> int:
+        """How many items the next group takes, once there is room for it between the
+        alarms due (see `pacing`). Only on the system clock: a virtual clock's alarms
+        wait for the test to move it."""
         from alarmtop.core.clock import SystemClock
         clock = self.rt.clock
         if not isinstance(clock, SystemClock):
-            return
+            return largest
         sched = self.rt.scheduler
-        for _ in range(int(YIELD_MAX_S / YIELD_STEP_S)):
-            due = sched.window.next_due_ms()
-            if not sched.running and (due is None or due > clock.now_ms()):
-                return
+        began = time.perf_counter()
+        while True:
+            waited_ms = (time.perf_counter() - began) * 1000
+            size = pacer.size(clock.now_ms(), sched.window.next_due_ms(), len(sched.running),
+                              waited_ms)
+            if size is not None:
+                return size
             await asyncio.sleep(YIELD_STEP_S)
 
     def _progress(self, row: dict[str, Any], prog: Progress) -> None:
@@ -320,7 +345,7 @@ class BulkService:
         self.rt.events.emit("bulk.progress", prog.event(row["id"], row["action"], row["kind"]))
 
     async def _finish(self, row: dict[str, Any], prog: Progress | None, *,
-                      cancelled: bool) -> None:
+                      cancelled: bool, cancel_reason: str | None = None) -> None:
         batch = await self.store.get_batch(row["id"])
         assert batch is not None
         now = self.rt.clock.now_ms()
@@ -334,7 +359,9 @@ class BulkService:
                  "detail": {"kind": row["kind"], "status": status, **counts,
                             "selection": row["params"].get("selection"),
                             "throttle": row["throttle"],
-                            "max_in_flight": None if prog is None else prog.max_in_flight}}
+                            "max_in_flight": None if prog is None else prog.max_in_flight,
+                            **({"cancel_reason": cancel_reason} if cancelled and cancel_reason
+                               else {})}}
         await self.store.submit(self.store.finish_write(row["id"], status, now,
                                                         cancel_left=True, audit=[entry]))
         if prog is not None:

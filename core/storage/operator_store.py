@@ -21,7 +21,7 @@ from alarmtop.core.bulk.selection import Selection
 # PostgreSQL: a coroutine function), run inside the alarm index's group commit.
 OpWrite = Callable[[Any], Any]
 BATCH_OPEN = ("preparing", "running", "cancelling")  # a runner has work to do on these
-PREP_CHUNK = 5_000  # selected keys recorded per transaction while a batch is prepared
+PREP_CHUNK = 2_000  # selected keys recorded per transaction at most while a batch is prepared
 
 
 class ItemOutcome(NamedTuple):

@@ -67,8 +67,10 @@ class StateCache:
 
 
 def new_states(final: Mapping[AlarmKey, AlarmRecord | None]) -> dict[AlarmKey, Old]:
-    # `state` is a StrEnum: it is its own text (and hashes and compares as it).
-    return {key: None if rec is None else (rec.state, rec.retry_count)
+    # The state's text, not the enum member: a tuple of plain values is one the
+    # garbage collector stops tracking, and the cache keeps tens of thousands of them
+    # (an enum member inside kept every one of them in each full collection's scan).
+    return {key: None if rec is None else (rec.state.value, rec.retry_count)
             for key, rec in final.items()}
 
 

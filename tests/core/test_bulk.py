@@ -122,6 +122,49 @@ async def test_cancel_stops_a_batch(make_runtime: RuntimeFactory) -> None:
         await rt.bulk.cancel(bid)
 
 
+class Busy(DurableObject):
+    """Its alarm attempt holds the object's turn until the test lets go (`env` holds the
+    gate and the clock), as a handler stuck on a slow downstream does."""
+
+    async def arm(self, at_ms: int) -> None:
+        await self.ctx.storage.set_alarm(at_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        await self.env["clock"].idle_wait(self.env["gate"].wait())
+
+
+async def test_a_cancel_answers_while_an_item_waits_on_a_busy_object(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The item in flight waits for the object's turn: the cancel answers "cancelling"
+    by its bound (an operator's command must not run past its deadline), says so in an
+    event, and the batch ends cancelled once the item has, with the reason audited."""
+    from alarmtop.core.bulk import service
+    monkeypatch.setattr(service, "CANCEL_ANSWER_S", 0.2)
+    gate = asyncio.Event()
+    env: dict[str, Any] = {"gate": gate}
+    rt = await make_runtime(Busy, env=env)
+    clock = env["clock"] = rt.clock
+    assert isinstance(clock, VirtualClock)
+    await rt.get(Busy, "b1").arm(START_MS + 1000)
+    await clock.advance(1)
+    status = await rt.alarm(Busy, "b1")
+    assert status is not None and status.state == "running"
+    sub = rt.events.subscribe("bulk.progress")
+    bid = await rt.bulk.start("rearm", keys=["Busy/b1"], kind="alarms", at_ms=FAR)
+    for _ in range(2000):  # until the item waits for the object's turn
+        if (await rt.bulk.get(bid))["in_flight"] == 1:
+            break
+        await asyncio.sleep(0.001)
+    answer = await rt.bulk.cancel(bid, reason="wrong selection")
+    assert answer["status"] == "cancelling"
+    assert "cancelling" in [ev.data.get("status") for ev in sub.drain()]
+    gate.set()
+    batch = await rt.bulk.wait(bid)
+    assert batch["status"] == "cancelled"
+    entry = [r for r in await audit_rows(rt) if r["action"] == "bulk_rearm"]
+    assert len(entry) == 1 and entry[0]["detail"]["cancel_reason"] == "wrong selection"
+
+
 @pytest.mark.parametrize("args, match", [
     ({"action": "explode", "selection": {"kind": "alarms"}}, "unknown bulk action"),
     ({"action": "rearm", "selection": {"kind": "alarms", "colour": "red"}},

@@ -174,6 +174,35 @@ def test_shrink_that_cannot_cut_waits_for_the_window_to_double(
     assert sorts == 2 and len(window) == 25
 
 
+def test_shrink_cuts_below_a_large_tie_and_waits_to_run_dry_before_reading_it() -> None:
+    """A bulk re-arm puts thousands of alarms on one far time: the window keeps what is
+    due before it (the tie is read again only once the window runs dry), and later
+    alarms on that time stay out."""
+    window = loaded(rec("near1", 1), rec("near2", 2), *(rec(f"t{i:03}", 500)
+                                                        for i in range(20)), capacity=4)
+    window.shrink()
+    assert names(sorted(window.records.values(), key=lambda r: r.due_ms or 0)) == [
+        "near1", "near2"]
+    assert window.horizon_ms == 499
+    assert not window.needs_refill()  # fewer than a quarter kept on purpose
+    window.put(rec("t999", 500))
+    window.put(rec("near3", 300))
+    assert ("C", "t999") not in window.records and ("C", "near3") in window.records
+    assert names(window.pop_due(400, 10)) == ["near1", "near2", "near3"]
+    assert window.next_due_ms() is None  # dry: the loop reads the index again
+    window.load([rec(f"t{i:03}", 500) for i in range(20)], complete=True, skip=set())
+    assert all(("C", f"t{i:03}") in window.records for i in range(20))
+    assert window.horizon_ms == math.inf
+
+
+def test_a_tie_at_the_front_is_kept_whole() -> None:
+    """Nothing is due before the tie: cutting it would empty the window and read it back
+    at once, so the window keeps it (and waits to double before sorting again)."""
+    window = loaded(*(rec(f"t{i:03}", 7) for i in range(20)), capacity=4)
+    window.shrink()
+    assert len(window) == 20 and window.horizon_ms == 7
+
+
 def test_pop_one_takes_the_soonest_due_alarm_or_nothing() -> None:
     window = loaded(rec("b", 20), rec("a", 10))
     window.put(rec("b", 5))  # overwritten: its old heap entry is skipped
