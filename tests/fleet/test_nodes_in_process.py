@@ -157,6 +157,30 @@ async def test_an_execution_started_anywhere_runs_on_its_owner(
     assert (EXECUTION_CLASS, eid) not in a.resident_objects()
 
 
+async def test_an_executions_log_is_fenced_by_its_objects_shard(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """A node that lost the shard of an execution (here: to a restart under its id)
+    can no longer write that execution's log: its checkpoint keeps nothing."""
+    a = await node("a")
+    first = await node("b")
+    for rt in (a, first):
+        rt.register_execution(greet)
+    await balance(a, first)
+    eid = name_on(first, cls=EXECUTION_CLASS, prefix="run")
+    await a.executions.start("greet", {"who": "fleet"}, execution_id=eid)
+    await clock.advance(1)
+    await until(lambda: _status(a, eid, "suspended"), what="the execution waits")
+    store = backend_of(first).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    second = await node("b")
+    second.register_execution(greet)
+    stale = record.__class__.from_dict({**record.to_dict(), "status": "failed"})
+    with pytest.raises(Exception, match="no longer holds shard"):
+        await store.checkpoint(eid, stale)
+    assert (await a.executions.describe(eid))["status"] == "suspended"
+
+
 async def _status(rt: object, eid: str, status: str) -> bool:
     from alarmtop.core import Runtime
     assert isinstance(rt, Runtime)

@@ -127,7 +127,7 @@ class PostgresBackend:
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
         self._index = PgAlarmIndex(self._require_pool, self._connect, self.shard_of,
-                                   self.fence, self.owned_shards)
+                                   self.fence, self.owned_shards, self.fence_rows)
         self._executions = PgExecutionStore(self._index, self.node_id)
 
     # -- the protocol ---------------------------------------------------------------------
@@ -499,6 +499,12 @@ class PostgresBackend:
             raise LeaseLost(f"this node ({self.node_id}) no longer holds shard(s) "
                             f"{lost or wanted}: nothing of the write was kept; the objects' new "
                             "owner carries on")
+
+    def fence_rows(self, shards: set[int]) -> tuple[list[int], list[int], str]:
+        """`fence` as data, for a statement that checks it itself: the shards, the epoch
+        this node holds each at (-1: not held, which fails the check) and its id."""
+        wanted = sorted(shards)
+        return wanted, [self.epochs.get(s, -1) for s in wanted], self.node_id
 
     def owned_shards(self) -> Sequence[int]:
         return sorted(self.epochs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.durable.operations import ExecutionRecord, OperationRecord
@@ -20,7 +20,7 @@ from alarmtop.core.durable.timers import (
     may_hold_timers,
     op_timers,
 )
-from alarmtop.core.errors import ChainBroken
+from alarmtop.core.errors import ChainBroken, LeaseLost
 from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.postgres import reads as R
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from alarmtop.core.storage.postgres.index import PgConn
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+EXECUTION_OBJECTS = "Execution"  # durable.service.EXECUTION_CLASS, without importing it
 
 
 _UPSERT_EXECUTION = (
@@ -60,8 +61,9 @@ class CheckpointRows:
     statement is a round trip, and a group commit of 50 executions' steps would
     otherwise spend most of its time waiting on them."""
 
-    __slots__ = ("dropped", "dropped_marks", "ev_rows", "execution_id", "finished",
-                 "mark_rows", "merged", "op_rows", "rec_row", "timer_keys", "timer_rows")
+    __slots__ = ("dropped", "dropped_marks", "ev_rows", "execution_id", "fence_key",
+                 "finished", "mark_rows", "merged", "op_rows", "rec_row", "timer_keys",
+                 "timer_rows")
 
     def __init__(self, execution_id: str, rec_row: tuple[Any, ...] | None,
                  op_rows: list[tuple[Any, ...]], ev_rows: list[tuple[Any, ...]],
@@ -69,12 +71,14 @@ class CheckpointRows:
                  dropped_marks: list[tuple[str, str]], finished: bool,
                  timer_keys: list[tuple[str, str]], timer_rows: list[tuple[Any, ...]]) -> None:
         self.execution_id, self.rec_row, self.op_rows = execution_id, rec_row, op_rows
+        # The execution is an object of its own: its log is written only while this node
+        # holds the lease of that object's shard (the index fences the transaction).
+        self.fence_key = (EXECUTION_OBJECTS, execution_id)
         self.ev_rows, self.mark_rows, self.dropped = ev_rows, mark_rows, dropped
         self.dropped_marks, self.finished = dropped_marks, finished
         self.timer_keys, self.timer_rows = timer_keys, timer_rows
         plain = not (dropped or dropped_marks or finished)
-        self.merged: Callable[[PgConn, Sequence[Any]], Awaitable[None]] | None = (
-            write_merged if plain else None)
+        self.merged: MergedCheckpoints | None = MERGED if plain else None
 
     async def __call__(self, conn: PgConn) -> None:
         if self.dropped:
@@ -102,10 +106,7 @@ class CheckpointRows:
             await conn.executemany(_UPSERT_TIMER, self.timer_rows)
 
 
-async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
-    """Plain checkpoints, in their order, as one statement per table. Rows keep their
-    order (a later upsert of a key wins, as when written one by one); an op's timer
-    rows are the ones of the last checkpoint that carried the op, as they would be."""
+def _parts(writes: Sequence[Any]) -> list[CheckpointRows]:
     parts: list[CheckpointRows] = []
     for w in writes:
         if isinstance(w, PgChainedWrite):
@@ -113,16 +114,29 @@ async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
             w = w.fn
         assert isinstance(w, CheckpointRows)
         parts.append(w)
-    recs = [p.rec_row for p in parts if p.rec_row is not None]
-    ops = [r for p in parts for r in p.op_rows]
-    events = [r for p in parts for r in p.ev_rows]
-    marks = [r for p in parts for r in p.mark_rows]
+    return parts
+
+
+def _timers(parts: Sequence[CheckpointRows]) -> dict[tuple[str, str], list[tuple[Any, ...]]]:
+    """An op's timer rows are the ones of the last checkpoint that carried the op."""
     timers: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
     for p in parts:
         for key in p.timer_keys:
             timers[key] = []
         for row in p.timer_rows:
             timers.setdefault((row[0], row[1]), []).append(row)
+    return timers
+
+
+async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
+    """Plain checkpoints, in their order, as one statement per table. Rows keep their
+    order (a later upsert of a key wins, as when written one by one)."""
+    parts = _parts(writes)
+    recs = [p.rec_row for p in parts if p.rec_row is not None]
+    ops = [r for p in parts for r in p.op_rows]
+    events = [r for p in parts for r in p.ev_rows]
+    marks = [r for p in parts for r in p.mark_rows]
+    timers = _timers(parts)
     if recs:
         await conn.executemany(_UPSERT_EXECUTION, recs)
     if ops:
@@ -138,14 +152,115 @@ async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
             await conn.executemany(_UPSERT_TIMER, rows)
 
 
+# Plain checkpoints and their fence as ONE statement, outside an explicit transaction
+# (a statement is its own): one round trip where BEGIN, the fence, a statement per
+# table and COMMIT took seven or eight, which bounded a sequential execution's steps.
+# The fence's lease rows are locked for share and every insert is conditional on it,
+# so a node that lost a shard writes nothing. The sub-statements of one statement
+# all see the rows as they were before it: an upsert may touch a key once, so the
+# rows are made unique first (the last wins, as in order), and the timers' delete
+# spares the rows the insert writes. `old` (read before the statement) tells whether
+# an execution was created or changed status, i.e. whether the counters moved.
+_ONE_STATEMENT = f"""
+WITH held AS (
+    SELECT s.shard FROM {SCHEMA}.shards s
+    JOIN unnest($1::int[], $2::bigint[]) AS h(shard, epoch)
+      ON s.shard = h.shard AND s.epoch = h.epoch
+    WHERE s.owner = $3 FOR SHARE OF s
+), ok AS (
+    SELECT count(*) = cardinality($1::int[]) AS ok FROM held
+), old AS (
+    SELECT id, status FROM {SCHEMA}.executions WHERE id = ANY($4::text[])
+), e AS (
+    INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, updated_ms, data)
+    SELECT * FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[],
+                         $9::bigint[], $10::text[]) WHERE (SELECT ok FROM ok)
+    ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, version = EXCLUDED.version,
+        status = EXCLUDED.status, created_ms = EXCLUDED.created_ms,
+        updated_ms = EXCLUDED.updated_ms, data = EXCLUDED.data
+), o AS (
+    INSERT INTO {SCHEMA}.operations (execution_id, op_id, data)
+    SELECT * FROM unnest($11::text[], $12::text[], $13::text[]) WHERE (SELECT ok FROM ok)
+    ON CONFLICT (execution_id, op_id) DO UPDATE SET data = EXCLUDED.data
+), h AS (
+    INSERT INTO {SCHEMA}.history (execution_id, event_id, data)
+    SELECT * FROM unnest($14::text[], $15::int[], $16::text[]) WHERE (SELECT ok FROM ok)
+), m AS (
+    INSERT INTO {SCHEMA}.execution_marks (execution_id, key, value)
+    SELECT * FROM unnest($17::text[], $18::text[], $19::text[]) WHERE (SELECT ok FROM ok)
+    ON CONFLICT (execution_id, key) DO UPDATE SET value = EXCLUDED.value
+), td AS (
+    DELETE FROM {SCHEMA}.execution_timers t USING unnest($20::text[], $21::text[]) AS k(e, o)
+    WHERE (SELECT ok FROM ok) AND t.execution_id = k.e AND t.op_id = k.o
+      AND NOT EXISTS (SELECT 1 FROM unnest($22::text[], $23::text[], $24::text[])
+                      AS n(e, o, kind)
+                      WHERE n.e = t.execution_id AND n.o = t.op_id AND n.kind = t.kind)
+), ti AS (
+    INSERT INTO {SCHEMA}.execution_timers (execution_id, op_id, kind, due_ms, name)
+    SELECT * FROM unnest($22::text[], $23::text[], $24::text[], $25::bigint[], $26::text[])
+    WHERE (SELECT ok FROM ok)
+    ON CONFLICT (execution_id, op_id, kind) DO UPDATE SET due_ms = EXCLUDED.due_ms,
+        name = EXCLUDED.name
+)
+SELECT (SELECT ok FROM ok), EXISTS (
+    SELECT 1 FROM unnest($4::text[], $7::text[]) AS n(id, status)
+    LEFT JOIN old ON old.id = n.id WHERE old.status IS DISTINCT FROM n.status)
+"""
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [[r[i] for r in rows] for i in range(width)] if rows else [[] for _ in range(width)]
+
+
+def _last_by(rows: Sequence[tuple[Any, ...]], width: int) -> list[tuple[Any, ...]]:
+    """The rows with unique keys (their first `width` values), the last of each kept."""
+    return list({r[:width]: r for r in rows}.values())
+
+
+FenceRows = tuple[list[int], list[int], str]  # shards, the epochs held, this node's id
+
+
+class MergedCheckpoints:
+    """The writer of a run of plain checkpoints: in an open transaction (`__call__`,
+    beside other writes), or alone as one statement with its fence (`alone`)."""
+
+    async def __call__(self, conn: PgConn, writes: Sequence[Any]) -> None:
+        await write_merged(conn, writes)
+
+    async def alone(self, conn: PgConn, writes: Sequence[Any], fence: FenceRows) -> bool:
+        """Write them in one statement, fenced; True when the counters may have moved.
+        Raises LeaseLost (nothing written) when a shard is no longer this node's."""
+        parts = _parts(writes)
+        recs = _last_by([p.rec_row for p in parts if p.rec_row is not None], 1)
+        ops = _last_by([r for p in parts for r in p.op_rows], 2)
+        events = [r for p in parts for r in p.ev_rows]
+        marks = _last_by([r for p in parts for r in p.mark_rows], 2)
+        timers = _timers(parts)
+        timer_rows = _last_by([r for group in timers.values() for r in group], 3)
+        shards, epochs, node = fence
+        row = await conn.fetchrow(
+            _ONE_STATEMENT, shards, epochs, node, *_columns(recs, 7), *_columns(ops, 3),
+            *_columns(events, 3), *_columns(marks, 3),
+            [k[0] for k in timers], [k[1] for k in timers], *_columns(timer_rows, 5))
+        assert row is not None
+        if not row[0]:
+            raise LeaseLost(f"this node ({node}) no longer holds shard(s) {shards}: nothing "
+                            "of the write was kept; the objects' new owner carries on")
+        return bool(row[1])
+
+
+MERGED = MergedCheckpoints()
+
+
 class PgChainedWrite:
     """A write of the runtime database that belongs to a `LogChain` (see SQLite's)."""
 
-    __slots__ = ("chain", "fn", "merged")
+    __slots__ = ("chain", "fence_key", "fn", "merged")
 
     def __init__(self, fn: PgWrite, chain: LogChain) -> None:
         self.fn, self.chain = fn, chain
         self.merged = getattr(fn, "merged", None)
+        self.fence_key = getattr(fn, "fence_key", None)
 
     def check(self) -> None:
         if self.chain.broken:

@@ -70,6 +70,7 @@ def from_row(row: Any) -> AlarmRecord:
 
 
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
+FenceRowsOf = Callable[[set[int]], tuple[list[int], list[int], str]]
 
 
 class PgAlarmIndex:
@@ -78,11 +79,16 @@ class PgAlarmIndex:
     def __init__(self, pool_of: Callable[[], asyncpg.Pool], connect: Callable[
             [], Awaitable[PgConn]], shard_of: Callable[[AlarmKey], int],
                  fence: Fence | None = None,
-                 owned: Callable[[], Sequence[int]] | None = None) -> None:
+                 owned: Callable[[], Sequence[int]] | None = None,
+                 fence_rows: FenceRowsOf | None = None) -> None:
         self._pool_of = pool_of
         self._connect = connect
         self.shard_of = shard_of
         self.fence = fence
+        # The fence as data (shards, epochs held, node id), for writes that check it
+        # inside their own statement (see `_apply`).
+        self.fence_rows = fence_rows
+        self._recount = True  # whether the last commit may have moved the counters
         self._owned = owned  # the shards this node runs (None: all)
         self._conn: PgConn | None = None
         self._queue: list[_Entry] = []
@@ -152,8 +158,9 @@ class PgAlarmIndex:
             self._wake.clear()
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                self._recount = False
                 outcome = await self._commit(batch)
-                if outcome is None or None in outcome:
+                if (outcome is None or None in outcome) and self._recount:
                     # Before the writers are told: `counters()` then counts every write
                     # whose future has completed.
                     await self._read_counters()
@@ -241,6 +248,20 @@ class PgAlarmIndex:
         if FAULT_POINTS.active:
             FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         shards = {self.shard_of(k) for k in final}
+        for extra in extras:
+            fence_key = getattr(extra, "fence_key", None)
+            if fence_key is not None:  # an execution's log: fenced by its object's shard
+                shards.add(self.shard_of(fence_key))
+        alone = _alone(extras) if not final and self.fence_rows is not None else None
+        if alone is not None and self.fence_rows is not None:
+            # Only plain checkpoints (a sequential execution's steps): one statement,
+            # its fence inside, no BEGIN or COMMIT of its own (see `MergedCheckpoints`).
+            if await alone(conn, extras, self.fence_rows(shards)):
+                self._recount = True
+            if FAULT_POINTS.active:
+                FAULT_POINTS.hit("index.commit.after", keys=[], extras=len(extras))
+            return
+        self._recount = True
         async with conn.transaction():
             if self.fence is not None and shards:
                 await self.fence(conn, shards)
@@ -429,6 +450,17 @@ def _connection_lost(exc: BaseException) -> bool:
 
 def _storage_error(exc: BaseException, path: str) -> StorageError:
     return storage_error(exc, path, "the runtime database's read or write")
+
+
+def _alone(extras: Sequence[PgWrite]) -> Callable[..., Awaitable[bool]] | None:
+    """The one-statement writer of a batch made only of writes that share it."""
+    if not extras:
+        return None
+    merge = getattr(extras[0], "merged", None)
+    if merge is None or any(getattr(x, "merged", None) is not merge for x in extras):
+        return None
+    alone: Callable[..., Awaitable[bool]] | None = getattr(merge, "alone", None)
+    return alone
 
 
 async def _run_extras(conn: PgConn, extras: list[PgWrite]) -> None:

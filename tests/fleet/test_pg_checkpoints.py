@@ -1,0 +1,94 @@
+"""Plain checkpoints on PostgreSQL go as one statement with their fence inside
+(`MergedCheckpoints.alone`): what that statement must get right, on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from alarmtop.core import Runtime, VirtualClock
+from alarmtop.core.durable import DurableContext, durable_execution
+from alarmtop.core.durable.operations import OperationRecord, OpStatus, OpType
+from alarmtop.core.durable.service import EXECUTION_CLASS
+from alarmtop.core.errors import LeaseLost
+from alarmtop.core.storage.postgres.executions import MergedCheckpoints
+from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+
+
+@durable_execution(name="waits")
+async def waits(event: dict[str, str], ctx: DurableContext) -> str:
+    cb = await ctx.create_callback("approve")
+    return str(await cb.result())
+
+
+def nap(due_ms: int) -> OperationRecord:
+    return OperationRecord("w1", OpType.WAIT, "Wait", "nap", None, OpStatus.STARTED,
+                           scheduled_end_ms=due_ms)
+
+
+async def suspended(rt: Runtime, eid: str, clock: VirtualClock) -> None:
+    await rt.executions.start("waits", {}, execution_id=eid)
+    await clock.advance(1)
+
+    async def waiting() -> bool:
+        return bool((await rt.executions.describe(eid))["status"] == "suspended")
+    await until(waiting, what="the execution waits")
+
+
+async def test_two_checkpoints_of_one_batch_keep_the_last_of_each_row(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same op, mark and timer in two checkpoints of one statement: the later ones
+    win (an upsert may touch a row once per statement), both history events land, and
+    the op's earlier timer is replaced, not kept beside the new one."""
+    a = await node("a")
+    a.register_execution(waits)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store = backend_of(a).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    last = await store.max_event_id(eid)
+    ev = [{"EventId": last + i, "EventType": "WaitStarted", "Id": "w1"} for i in (1, 2)]
+    statements: list[tuple[int, str]] = []
+    real = MergedCheckpoints.alone
+
+    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, fence: Any) -> bool:
+        try:
+            out = await real(self, conn, writes, fence)
+        except Exception as exc:
+            statements.append((len(writes), type(exc).__name__))
+            raise
+        statements.append((len(writes), "ok"))
+        return out
+    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    first = store.checkpoint(eid, record, [nap(10_000)], [ev[0]], marks={"k": "1"})
+    second = store.checkpoint(eid, record, [nap(20_000)], [ev[1]], marks={"k": "2"})
+    await asyncio.gather(first, second)
+    assert statements == [(2, "ok")]  # one statement, not a failure retried one by one
+    ops = {op.id: op for op in await store.operations(eid)}
+    assert ops["w1"].scheduled_end_ms == 20_000
+    assert [e["EventId"] for e in await store.history(eid, after=last)] == [last + 1, last + 2]
+    assert await store.marks(eid) == {"k": "2"}
+    timers = [t for t in await store.timers(execution_id=eid) if t["op_id"] == "w1"]
+    assert [(t["kind"], t["due_ms"]) for t in timers] == [("wait", 20_000)]
+
+
+async def test_a_plain_checkpoint_for_a_shard_lost_keeps_nothing(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    a = await node("a")
+    first = await node("b")
+    for rt in (a, first):
+        rt.register_execution(waits)
+    await balance(a, first)
+    eid = name_on(first, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store = backend_of(first).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    await node("b")  # a restart under the same id takes the shards with new epochs
+    with pytest.raises(LeaseLost, match="no longer holds shard"):
+        await store.checkpoint(eid, record, [nap(30_000)], marks={"k": "stale"})
+    assert "w1" not in {op.id for op in await store.operations(eid)}
+    assert await store.marks(eid) == {}
