@@ -262,13 +262,19 @@ async def test_the_progress_view_shows_counts_failures_and_the_end(harness: Harn
         assert screen.query_one("#cancel-batch", Button).display
         for data in ({"done": 412, "failed": 3, "recent_failures": [
                          {"key": "Flaky/a", "error": "NoAlarm: Flaky/a has no alarm"}]},
+                     {"done": 500, "failed": 3, "status": "cancelling"},
                      {"done": 997, "failed": 3, "status": "done"}):
             ev = {"type": "bulk.progress", "data": {"batch_id": "b7", "total": 1000, **data}}
             moved = app.bulks.apply_event(ev)
             assert moved is not None
             screen.post_message(BulkChanged(moved))
             await pilot.pause()
+            cancel = screen.query_one("#cancel-batch", Button)
+            if data.get("status") == "cancelling":  # asked: shown, not asked again
+                assert cancel.display and cancel.disabled
+                assert str(cancel.label) == "Cancelling..."
             if data["done"] == 412:
+                assert cancel.display and not cancel.disabled
                 assert "412 of 1,000 done, 3 failed, 585 left (running)" in static_text(
                     pilot, "#bulk-counts")
                 assert cell_text(pilot, "#bulk-failures", "Flaky/a") == [

@@ -318,6 +318,9 @@ class BulkProgressScreen(ConsoleDialog):
         self._failures_shown = len(batch.failures)
         cancel = self.query_one("#cancel-batch", Button)
         cancel.display = batch.live and not self.console.read_only
+        # Asked already: the items in flight are ending; a second ask changes nothing.
+        cancel.disabled = batch.status == "cancelling"
+        cancel.label = "Cancelling..." if cancel.disabled else "Cancel batch"
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "close":
