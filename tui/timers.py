@@ -45,13 +45,25 @@ def countdown(due_ms: int | None, now_ms: int, paused: bool = False) -> str:
     return f"due {duration(late)} ago, " + ("paused" if paused else "not fired")
 
 
+def short_countdown(due_ms: int | None, now_ms: int, paused: bool = False) -> str:
+    """The countdown of a narrow board: "in 4.2s", "due now", "40s late", "paused"."""
+    if paused:
+        return "paused"
+    if due_ms is None:
+        return "-"
+    late = now_ms - due_ms
+    if late < 0:
+        return f"in {duration(-late)}"
+    return "due now" if late <= OVERDUE_GRACE_MS else f"{duration(late)} late"
+
+
 def overdue(row: Row, now_ms: int) -> bool:
     due = row.get("due_ms")
     return due is not None and not row.get("paused") and now_ms - int(due) > OVERDUE_GRACE_MS
 
 
 def countdown_style(text: str) -> str:
-    if text.endswith("not fired"):
+    if text.endswith(("not fired", " late")):
         return "bold white on red"
     if text.endswith("paused"):
         return "magenta"
@@ -76,6 +88,14 @@ def timer_cells(row: Row, now_ms: int, width: int = 40) -> tuple[str, ...]:
             str(row.get("target") or row.get("execution_id") or row.get("object") or "?"),
             first_line(what(row), width), str(row.get("state") or "-").upper(),
             "paused" if row.get("paused") else "-", "-" if retry is None else str(retry))
+
+
+def narrow_cells(row: Row, now_ms: int, width: int = 12) -> tuple[str, ...]:
+    """due, kind, target, name, state, retry: for a terminal under 120 columns, where a
+    paused timer says so in its countdown rather than in a column of its own."""
+    _, kind, target, name, state, _, retry = timer_cells(row, now_ms, width)
+    return (short_countdown(row.get("due_ms"), now_ms, bool(row.get("paused"))), kind,
+            target, name, state, retry)
 
 
 def mark_kind(row: Row) -> str:

@@ -522,6 +522,40 @@ async def test_the_board_lists_timers_soonest_first_with_countdowns(harness: Har
         await settle_workers(pilot)
 
 
+async def test_on_an_80_column_terminal_the_board_keeps_every_column_whole(
+        harness: Harness) -> None:
+    """At 80x24 the board's columns and their padding fit the table: the state is not
+    cut off, and a paused timer past due says "paused" in its countdown (the narrow
+    board has no column of its own for it)."""
+    harness.rt.register_execution(nap)
+    for eid, s in (("long", 60), ("short", 10)):
+        await harness.rt.executions.start("nap", {"s": s}, execution_id=eid)
+    await harness.clock.advance(0)
+    app, rec = await start(harness)
+    async with app.run_test(size=(80, 24), notifications=True, message_hook=rec) as pilot:
+        await connected(pilot)
+        await pilot.press("9")
+        board = await dialog(pilot, TimersScreen)
+        table = board.table
+
+        def waits() -> list[list[str]]:
+            return [cell_text(pilot, "#timer-board", k) for k in table_keys(
+                pilot, "#timer-board") if "wait" in cell_text(pilot, "#timer-board", k)[1]]
+
+        await until(pilot, lambda: len(waits()) == 2, "the two waits")
+        widths = [c.get_render_width(table) for c in table.columns.values()]
+        assert [str(c.label) for c in table.columns.values()] == [
+            "due", "kind", "target", "what", "state", "retry"]
+        assert sum(widths) <= table.scrollable_content_region.width
+        assert all(row[4] == "PENDING" for row in waits()), waits()
+        await harness.rt.executions.pause("short", "checking")
+        await harness.clock.advance(30)
+        await until(pilot, lambda: bool(waits()) and waits()[0][0] == "paused",
+                    "the paused wait says so")
+        assert re.fullmatch(r"in (30|29)(\.\d)?s", waits()[1][0]), waits()[1][0]
+        await settle_workers(pilot)
+
+
 @needs("timers")
 async def test_the_board_lists_alarms_waits_and_callback_deadlines(harness: Harness) -> None:
     """With the server's board: an object's alarm, a festival's callback deadline and a

@@ -34,6 +34,7 @@ from alarmtop.tui.timers import (
     countdown_style,
     mark_key,
     mark_kind,
+    narrow_cells,
     overdue,
     timer_cells,
     timer_key,
@@ -45,8 +46,10 @@ PAGE = 100
 TITLE = "Timers: every pending alarm, wait, callback deadline and retry, soonest first"
 COLUMNS = (("due", 26), ("kind", 18), ("target", 30), ("what", 34), ("state", 11),
            ("paused", 7), ("retry", 5))
-NARROW = (("due", 22), ("kind", 10), ("target", 22), ("what", 12), ("state", 9),
-          ("paused", 6), ("retry", 5))  # under 120 columns: the countdown and target first
+# Under 120 columns (down to 80): the countdown and the target first, a paused timer
+# said in its countdown; the widths and their padding fit 78 cells.
+NARROW = (("due", 15), ("kind", 10), ("target", 18), ("what", 8), ("state", 9),
+          ("retry", 5))
 SHORT_TITLE = "Timers, soonest first"
 OLD_SERVER = "execution timers only: this server has no timers board (alarms not listed)"
 
@@ -144,7 +147,9 @@ class TimersScreen(MarkingMixin):
         narrow = (table.scrollable_content_region.width or 150) < 120
         table.set_columns(NARROW if narrow else COLUMNS)
         self.by_key = {timer_key(r): r for r in self.rows}
-        table.show([(key, marked(timer_cells(r, now, 34), (mark_kind(r), mark_key(r)) in marks))
+        cells = narrow_cells if narrow else timer_cells
+        table.show([(key, marked(cells(r, now, 8 if narrow else 34),
+                                 (mark_kind(r), mark_key(r)) in marks))
                     for key, r in self.by_key.items()])
         late = sum(1 for r in self.rows if overdue(r, now))
         extra = [p for p in (f"{late:,} overdue" if late else "", self.note,
