@@ -262,7 +262,7 @@ class OpsServer:
             if not self.metrics.allows(request.headers):
                 return conn.respond(401, "/metrics needs its token: Authorization: Bearer "
                                          "<token>\n")
-            body = await self.metrics.render(self.viewers)
+            body = await self.metrics.render(self.viewers, self.objects.relayed)
             return Response(200, "OK", Headers([
                 ("Content-Type", "text/plain; version=0.0.4; charset=utf-8"),
                 ("Content-Length", str(len(body)))]), body)

@@ -56,6 +56,10 @@ class Metrics:
         self.viewers = Gauge("alarmtop_viewers_connected", "Clients on the ops channel",
                              registry=r)
         self.sockets = Gauge("alarmtop_object_sockets", "Open object WebSockets", registry=r)
+        self.relayed = Gauge("alarmtop_relayed_object_sockets",
+                             "Object WebSockets whose client is on this node and whose object "
+                             "runs on another (which counts them in alarmtop_object_sockets)",
+                             registry=r)
         self._unlisten: Callable[[], None] | None = runtime.events.listen(self._on_event)
 
     def _on_event(self, ev: Event) -> None:
@@ -78,7 +82,7 @@ class Metrics:
         return scheme.lower() == "bearer" and hmac.compare_digest(
             credentials.strip().encode(), self.token.encode())
 
-    async def render(self, viewers: int) -> bytes:
+    async def render(self, viewers: int, relayed: int = 0) -> bytes:
         counts = self.rt.counters()
         for state in ALARM_STATES:
             self.alarms.labels(state).set(counts.alarms.get(state, 0))
@@ -90,6 +94,7 @@ class Metrics:
         self.objects.set(counts.known)
         self.viewers.set(viewers)
         self.sockets.set(self.rt.sockets.total())
+        self.relayed.set(relayed)
         return generate_latest(self.registry)
 
     def close(self) -> None:

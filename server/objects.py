@@ -106,6 +106,9 @@ class ObjectSockets:
         self.rt = runtime
         self.limits = limits
         self.caps = ConnectionCaps(limits.max_total, limits.max_per_address)
+        # Sockets whose client is here and whose object runs on another node: the owner
+        # counts them among its own, this node only relays them.
+        self.relayed = 0
 
     async def serve(self, conn: ServerConnection, rest: str, host: str, address: str) -> None:
         """Admit or refuse the socket, then relay its messages until it closes."""
@@ -205,10 +208,12 @@ class ObjectSockets:
                          what, address)
             return
         code, reason, clean = 1006, "", False  # if the relay is cut off (the server stops)
+        self.relayed += 1
         try:
             code, reason, clean = await self._relay(conn, relayed.message, relayed.fail,
                                                     address, what)
         finally:
+            self.relayed -= 1
             await relayed.end(code, reason, clean)
 
     async def _relay(self, conn: ServerConnection, deliver: Callable[[str], Awaitable[None]],

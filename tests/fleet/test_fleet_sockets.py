@@ -132,12 +132,26 @@ async def fleet(node: NodeFactory, **options: Any) -> tuple[Runtime, Runtime, st
     return a, b, name_on(b, "Room")
 
 
+async def metric(server: OpsServer, name: str) -> float:
+    """A gauge of the server's /metrics, as a scraper reads it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    await writer.drain()
+    body = (await asyncio.wait_for(reader.read(), WAIT_S)).decode()
+    writer.close()
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in /metrics")
+
+
 async def test_a_socket_through_a_reaches_its_object_on_b(
         node: NodeFactory, servers: Callable[..., Awaitable[OpsServer]],
         opener: Opener) -> None:
     a, b, name = await fleet(node)
     key = ("Room", name)
-    ws = await opener(await servers(a), f"/objects/Room/{name}")
+    server_a, server_b = await servers(a), await servers(b)
+    ws = await opener(server_a, f"/objects/Room/{name}")
     assert await recv(ws) == "welcome 1 on b"  # web_socket_connect ran on b
     for text in ("one", "two", "three"):
         await ws.send(text)
@@ -146,6 +160,11 @@ async def test_a_socket_through_a_reaches_its_object_on_b(
     # The owner's registry holds it (its object lists it); the edge's holds nothing.
     assert b.sockets.count(key) == 1 and a.sockets.total() == 0
     assert await a.get("Room", name).members() == 1
+    # Each node's metrics: b counts it among its sockets, a among those it relays.
+    edge, owner = server_a.objects.relayed, await metric(server_b, "alarmtop_object_sockets")
+    assert (edge, owner) == (1, 1)
+    assert await metric(server_a, "alarmtop_relayed_object_sockets") == 1
+    assert await metric(server_a, "alarmtop_object_sockets") == 0
     assert key in b.resident_objects() and key not in a.resident_objects()
 
 
