@@ -1,0 +1,135 @@
+"""Bulk batches in a fleet: two in-process nodes on one real PostgreSQL, each holding
+half the shards. A batch started on one node does the items of the other node's
+shards through that node (its records, its scheduler, its events).
+
+Every item writes its audit row from the node running the batch (the audit table's
+`node` column names the writer), so which node applied an item is read from the
+nodes themselves: the alarm events each one's bus carried, the pauses each one's
+scheduler holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alarmtop.core import Runtime
+from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+from tests.conftest import START_MS
+from tests.fleet.conftest import NodeFactory, backend_of, balance
+
+FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
+DEAD = {"kind": "alarms", "state": "dead"}
+
+
+def split(a: Runtime, b: Runtime, n: int, prefix: str = "j") -> tuple[list[str], list[str]]:
+    """`n` Counter names, as those of a's shards and those of b's."""
+    on_a: list[str] = []
+    on_b: list[str] = []
+    for i in range(n):
+        name = f"{prefix}{i:04d}"
+        shard = backend_of(a).shard_of(("Counter", name))
+        if shard in backend_of(a).epochs:
+            on_a.append(name)
+        else:
+            assert shard in backend_of(b).epochs, f"no node holds shard {shard}"
+            on_b.append(name)
+    assert on_a and on_b, "the names must fall on both nodes' shards"
+    return on_a, on_b
+
+
+async def write_alarms(rt: Runtime, names: list[str], state: AlarmState,
+                       at_ms: int = START_MS) -> None:
+    """Alarm records of `names`, written by `rt` (the holder of their shards: writes
+    are fenced by shard) as the runtime keeps them."""
+    if state is AlarmState.DEAD:
+        recs = [AlarmRecord("Counter", n, at_ms, state, 6, None, f"boom {n}") for n in names]
+    else:
+        recs = [AlarmRecord("Counter", n, at_ms, state, 0, at_ms) for n in names]
+    await rt.backend.alarm_index.write(recs)
+
+
+async def audit_rows(rt: Runtime, action: str) -> list[dict[str, Any]]:
+    return [r for r in await rt.audit.list(limit=100_000) if r["action"] == action]
+
+
+def objects(events: list[Any], kind: str) -> list[str]:
+    return [e.data["object"] for e in events if e.type == kind]
+
+
+async def test_a_rearm_started_on_one_node_rearms_the_other_nodes_dead_letters_there(
+        node: NodeFactory) -> None:
+    """200 dead letters over both nodes' shards, one batch on a: all re-armed, each
+    item audited once plus the batch; b's items were re-armed by b (its bus announced
+    exactly those, a's exactly its own) and b's scheduler holds them as re-armed."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    on_a, on_b = split(a, b, 200)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    heard = {rt: rt.events.subscribe("alarm.rearmed") for rt in (a, b)}
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=50, at_ms=FAR, reason="fixed it")
+    batch = await a.bulk.wait(bid)
+    assert (batch["status"], batch["total"], batch["done"], batch["failed"], batch["left"]) \
+        == ("done", 200, 200, 0, 0), batch
+    assert batch["node"] == "a"
+    for rt in (a, b):
+        assert await rt.dead_letters() == []  # the listing is the fleet's
+    for rt, names in ((a, on_a), (b, on_b)):
+        recs = await rt.operator_store.get_many([("Counter", n) for n in names])
+        assert len(recs) == len(names)
+        assert {(r.state, r.retry_count, r.next_attempt_ms) for r in recs.values()} == \
+            {(AlarmState.PENDING, 0, FAR)}
+    # Where each item was applied: the owner's own transition announced it on its bus.
+    assert sorted(objects(heard[a].drain(), "alarm.rearmed")) == [f"Counter/{n}" for n in on_a]
+    assert sorted(objects(heard[b].drain(), "alarm.rearmed")) == [f"Counter/{n}" for n in on_b]
+    for n in on_b[:5]:  # b's scheduler took the change in (a behind its back would not)
+        rec = b.scheduler.window.records.get(("Counter", n))
+        assert rec is not None and rec.next_attempt_ms == FAR and rec.retry_count == 0
+        assert ("Counter", n) not in a.scheduler.window.records
+    items = await audit_rows(b, "rearm")  # read from b: the audit log is the fleet's
+    assert len(items) == 200
+    assert sorted(r["target"] for r in items) == sorted(f"Counter/{n}" for n in on_a + on_b)
+    assert all(r["ok"] and r["detail"] == {"batch_id": bid, "outcome": "ok"}
+               and r["reason"] == "fixed it" for r in items)
+    assert {r["node"] for r in items} == {"a"}  # written by the node that ran the batch
+    (whole,) = await audit_rows(b, "bulk_rearm")
+    assert (whole["target"], whole["node"], whole["ok"]) == (bid, "a", True)
+    assert (whole["detail"]["done"], whole["detail"]["failed"]) == (200, 0)
+
+
+async def test_pause_then_resume_of_the_other_nodes_alarms(node: NodeFactory) -> None:
+    """Pause and resume go through each alarm's owner with the object's turn held:
+    started on a, for alarms of b's shards, b's scheduler holds the pauses (and then
+    not), as b's listing and its bus say."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    _, on_b = split(a, b, 80, prefix="p")
+    await write_alarms(b, on_b, AlarmState.PENDING, at_ms=FAR)
+    keys = [f"Counter/{n}" for n in on_b]
+    heard = b.events.subscribe("alarm.paused", "alarm.resumed")
+    bid = await a.bulk.start("pause_alarm", keys=keys, max_in_flight=20, reason="incident 7")
+    batch = await a.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"]) == ("done", len(keys), 0), batch
+    for n in on_b:
+        status = await b.alarm("Counter", n)
+        assert status is not None and status.paused and status.state == "pending"
+        assert status.next_attempt_ms == FAR  # held, not moved
+    assert {k for k, _ in await b.operator_store.paused()} == {("Counter", n) for n in on_b}
+    assert set(b.scheduler.paused) == {("Counter", n) for n in on_b}
+    assert not a.scheduler.paused
+    assert sorted(objects(heard.drain(), "alarm.paused")) == sorted(keys)
+
+    bid2 = await a.bulk.start("resume_alarm", keys=keys, max_in_flight=20,
+                              reason="incident 7 over")
+    batch = await a.bulk.wait(bid2)
+    assert (batch["status"], batch["done"], batch["failed"]) == ("done", len(keys), 0), batch
+    for n in on_b:
+        status = await b.alarm("Counter", n)
+        assert status is not None and not status.paused and status.next_attempt_ms == FAR
+    assert not b.scheduler.paused and await b.operator_store.paused(mine=False) == []
+    assert sorted(objects(heard.drain(), "alarm.resumed")) == sorted(keys)
+    for action, batch_id in (("pause_alarm", bid), ("resume_alarm", bid2)):
+        rows = await audit_rows(a, action)
+        assert sorted(r["target"] for r in rows) == sorted(keys)
+        assert all(r["ok"] and r["detail"]["batch_id"] == batch_id for r in rows)
