@@ -3,7 +3,10 @@
 A batch is rows of the runtime database (`bulk_batches`, `bulk_items`), so it
 outlives the client that started it and the runtime itself: `start` records every
 key it will act on before it returns (a selection's matches are fixed when the
-operator confirms), and a runtime that starts resumes every open batch.
+operator confirms), and a runtime that starts resumes every open batch. In a
+fleet a batch is run by one node at a time (the batch's `node`); the nodes still
+running look out for one that goes (a clean stop, or its leases left to run out)
+and one of them takes over the batches it left.
 
 A runner works through the items in seq order, at most `throttle` at a time:
 
@@ -117,6 +120,9 @@ class BulkService:
         self.store = rt.operator_store
         self._runners: dict[str, _Runner] = {}
         self._ids = itertools.count(1)
+        self._resuming = asyncio.Lock()
+        self._up_seen: set[str] = set()  # the fleet's nodes up when last looked at
+        self._watcher: asyncio.Task[None] | None = None
 
     # -- asking -------------------------------------------------------------------------
 
@@ -262,16 +268,45 @@ class BulkService:
     # -- running ------------------------------------------------------------------------
 
     async def resume_open(self) -> None:
-        """At start: run on every batch left open (by a stop, a crash or another node)."""
-        node = _node_id(self.rt)
-        # A batch belongs to the node that runs it while that node is up; one left by a
-        # node that is gone (a restart of this one included) is taken over.
-        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")} - {node}
-        for row in await self.store.open_batches():
-            if row["id"] in self._runners or row.get("node") in up:
-                continue
-            if await self.store.claim_batch(row["id"], node, row.get("node")):
-                self._spawn(row)
+        """Run on every batch left open (by a stop, a crash or another node): at start,
+        and in a fleet whenever another node is seen to go (`_watch_fleet`)."""
+        async with self._resuming:  # the start's call and the watcher's: one at a time
+            node = _node_id(self.rt)
+            # A batch belongs to the node that runs it while that node is up; one left by
+            # a node that is gone (a restart of this one included) is taken over.
+            up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+            self._up_seen = up
+            for row in await self.store.open_batches():
+                if row["id"] in self._runners or row.get("node") in up - {node}:
+                    continue
+                if await self.store.claim_batch(row["id"], node, row.get("node")):
+                    self._spawn(row)
+        self._watch()
+
+    def _watch(self) -> None:
+        """In a fleet, start looking out for nodes that go (once per start)."""
+        period = _watch_period(self.rt)
+        if period is None or (self._watcher is not None and not self._watcher.done()):
+            return
+        self._watcher = self.rt.tasks.spawn(self._watch_fleet(period), name="bulk fleet watch")
+
+    async def _watch_fleet(self, period_s: float) -> None:
+        """A node that stops, or stops renewing its leases, leaves its open batches to
+        the nodes still running: each looks at the fleet's nodes every `period_s` (wall
+        time, as leases go) and, when one it saw up is not any more, takes over what
+        that node left (`claim_batch`: one taker wins). One of the runtime's tasks:
+        it ends with the runtime."""
+        while True:
+            # Asleep, it is idle: a virtual clock moves on without it.
+            await self.rt.tasks.idle_wait(asyncio.sleep(period_s))
+            try:
+                up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+                if self._up_seen - up:
+                    await self.resume_open()
+                else:
+                    self._up_seen = up
+            except Exception as exc:  # PostgreSQL away, say: looked at again next time
+                log.warning("bulk batches: could not look for nodes that went: %s", exc)
 
     def _spawn(self, row: dict[str, Any]) -> None:
         runner = _Runner(row)
@@ -565,6 +600,16 @@ def _name(action: Any) -> str:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _watch_period(rt: Runtime) -> float | None:
+    """How often a fleet's node looks for nodes that went (a third of a lease, as its
+    lease keeper renews); None on a backend that is no fleet's."""
+    from alarmtop.core.fleet import FleetBackend
+    backend = rt.backend
+    if not isinstance(backend, FleetBackend):
+        return None
+    return max(0.05, float(backend.lease_s) / 3)
 
 
 def _node_id(rt: Runtime) -> str:

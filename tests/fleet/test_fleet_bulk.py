@@ -1,6 +1,7 @@
 """Bulk batches in a fleet: two in-process nodes on one real PostgreSQL, each holding
 half the shards. A batch started on one node does the items of the other node's
-shards through that node (its records, its scheduler, its events).
+shards through that node (its records, its scheduler, its events); a batch left
+open by a node that stops is finished by a node that keeps running, each item once.
 
 Every item writes its audit row from the node running the batch (the audit table's
 `node` column names the writer), so which node applied an item is read from the
@@ -9,15 +10,19 @@ scheduler holds."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 from alarmtop.core import Runtime
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from tests.conftest import START_MS
-from tests.fleet.conftest import NodeFactory, backend_of, balance
+from tests.fleet.conftest import NodeFactory, backend_of, balance, until
 
 FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
 DEAD = {"kind": "alarms", "state": "dead"}
+# Short leases for the tests where a node must notice another one go (the bulk
+# service looks every third of a lease); the others keep the fixture's long ones.
+LEASE_S = 1.5
 
 
 def split(a: Runtime, b: Runtime, n: int, prefix: str = "j") -> tuple[list[str], list[str]]:
@@ -133,3 +138,41 @@ async def test_pause_then_resume_of_the_other_nodes_alarms(node: NodeFactory) ->
         rows = await audit_rows(a, action)
         assert sorted(r["target"] for r in rows) == sorted(keys)
         assert all(r["ok"] and r["detail"]["batch_id"] == batch_id for r in rows)
+
+
+async def test_a_batch_left_by_a_node_that_stops_is_finished_by_one_still_running(
+        node: NodeFactory) -> None:
+    """a stops in the middle of its batch (one item at a time); b, running all along,
+    takes the batch over once it sees a gone and finishes it: every item done once
+    (one audit row per target), the rows before the stop written by a, the rest and
+    the batch's own by b."""
+    a = await node("a", lease_s=LEASE_S)
+    b = await node("b", lease_s=LEASE_S)
+    await balance(a, b)
+    on_a, on_b = split(a, b, 200)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
+
+    async def some_done() -> bool:
+        return int((await a.bulk.get(bid))["done"]) >= 20
+    await until(some_done, what="a's batch under way")
+    await a.stop()
+    left = await b.bulk.get(bid)
+    assert left["status"] == "running" and 0 < left["done"] < 200, left
+
+    async def finished() -> bool:
+        return (await b.bulk.get(bid))["status"] not in ("running", "cancelling")
+    await until(finished, within=4 * LEASE_S + 5, what="b finished a's batch")
+    batch = await b.bulk.get(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["total"], batch["node"]) \
+        == ("done", 200, 0, 200, "b"), batch
+    assert await b.dead_letters() == []
+    items = await audit_rows(b, "rearm")
+    per_target = collections.Counter(r["target"] for r in items)
+    assert set(per_target) == {f"Counter/{n}" for n in on_a + on_b}
+    assert set(per_target.values()) == {1}, [t for t, c in per_target.items() if c > 1]
+    by_node = collections.Counter(r["node"] for r in items)
+    assert set(by_node) == {"a", "b"} and by_node["a"] >= left["done"], by_node
+    (whole,) = await audit_rows(b, "bulk_rearm")
+    assert (whole["target"], whole["node"], whole["detail"]["done"]) == (bid, "b", 200)
