@@ -110,6 +110,7 @@ class _Runner:
         self.task: asyncio.Task[None] | None = None
         self.progress: Progress | None = None
         self.cancel_reason: str | None = None
+        self.lost = False  # another node took the batch over: this runner stops
 
 
 class BulkService:
@@ -254,9 +255,32 @@ class BulkService:
                 # the answer (an operator's, under the server's command deadline) says
                 # "cancelling" then, and the batch ends cancelled when they have.
                 await asyncio.wait({runner.task}, timeout=CANCEL_ANSWER_S)
-        else:  # no runner on this node (it never resumed here): end it now
-            await self._finish(row, None, cancelled=True, cancel_reason=_text(reason))
+        else:
+            await self._cancel_elsewhere(row, _text(reason))
         return await self.get(batch_id)
+
+    async def _cancel_elsewhere(self, row: dict[str, Any], reason: str | None) -> None:
+        """Cancel a batch no runner of this node runs. One that runs on another node
+        that is up is asked to end there: the row says `cancelling`, which its runner
+        reads (`_check_row`), and the answer waits for it as a cancel here does. One
+        that runs nowhere (left by a node that is gone) is taken and ended now."""
+        batch_id, me, owner = row["id"], _node_id(self.rt), row.get("node")
+        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+        if not (_watch_period(self.rt) is not None and owner in up - {me}) and \
+                await self.store.claim_batch(batch_id, me, owner):
+            await self._finish(row, None, cancelled=True, cancel_reason=reason)
+            return
+        await self.store.submit(self.store.finish_write(batch_id, "cancelling",
+                                                        self.rt.clock.now_ms()))
+        self.rt.events.emit("bulk.progress", {
+            "batch_id": batch_id, "action": row["action"], "kind": row["kind"],
+            "total": row["total"], "status": "cancelling"})
+        deadline = time.monotonic() + CANCEL_ANSWER_S
+        while time.monotonic() < deadline:
+            now = await self.store.get_batch(batch_id)
+            if now is None or now["status"] not in BATCH_OPEN:
+                return
+            await self.rt.tasks.idle_wait(asyncio.sleep(0.02))
 
     async def wait(self, batch_id: str) -> dict[str, Any]:
         """Until the batch's runner on this node ends; the batch as it ended."""
@@ -330,14 +354,15 @@ class BulkService:
             seq = 0
             largest = min(row["throttle"], WRITE_GROUP)
             pacer = GapPacer(largest)
-            while not runner.cancelled:
+            while not (runner.cancelled or runner.lost):
                 items = await self.store.open_items(batch_id, seq, CHUNK)
                 if not items:
                     break
                 i = 0
                 while i < len(items) and not runner.cancelled:
                     size = await self._give_way(pacer, largest)
-                    if runner.cancelled:  # while it waited for room
+                    await self._check_row(runner)
+                    if runner.cancelled or runner.lost:  # while it waited, or elsewhere
                         break
                     group = items[i:i + size]
                     began = time.perf_counter()
@@ -347,6 +372,10 @@ class BulkService:
                     seq = group[-1][0]
                     if prog.due(clock.now_ms()):
                         self._progress(row, prog)
+            if runner.lost:
+                log.warning("bulk batch %s was taken over by another node (this one was "
+                            "taken for gone); it runs on there", batch_id)
+                return
             await self._finish(row, prog, cancelled=runner.cancelled,
                                cancel_reason=runner.cancel_reason)
         except asyncio.CancelledError:
@@ -356,6 +385,19 @@ class BulkService:
                           batch_id)
         finally:
             self._runners.pop(batch_id, None)
+
+    async def _check_row(self, runner: _Runner) -> None:
+        """In a fleet, look at the batch's row before each group (one read by key): a
+        cancel made on another node says `cancelling` there; a node that took the batch
+        over (this one was taken for gone: it stopped renewing for a lease) is named in
+        it."""
+        if _watch_period(self.rt) is None or runner.cancelled:
+            return
+        row = await self.store.get_batch(runner.batch["id"])
+        if row is None or row.get("node") != _node_id(self.rt):
+            runner.lost = True
+        elif row["status"] == "cancelling":
+            runner.cancelled = True
 
     async def _give_way(self, pacer: GapPacer, largest: int) -> int:
         """How many items the next group takes, once there is room for it between the

@@ -1,12 +1,19 @@
 """Bulk batches in a fleet: two in-process nodes on one real PostgreSQL, each holding
 half the shards. A batch started on one node does the items of the other node's
 shards through that node (its records, its scheduler, its events); a batch left
-open by a node that stops is finished by a node that keeps running, each item once.
+open by a node that stops is finished by a node that keeps running, each item once;
+a cancel made on another node than the batch's stops it where it runs.
 
 Every item writes its audit row from the node running the batch (the audit table's
 `node` column names the writer), so which node applied an item is read from the
 nodes themselves: the alarm events each one's bus carried, the pauses each one's
-scheduler holds."""
+scheduler holds.
+
+A node taken for gone while it still runs (stalled past its lease) gives its batch
+up before its next group, but the group it had in flight may also be the first of
+the node that took over: an item's outcome and the batch's owner are not checked
+in one transaction (that needs the storage's item writes to be conditional on the
+batch's node)."""
 
 from __future__ import annotations
 
@@ -176,3 +183,68 @@ async def test_a_batch_left_by_a_node_that_stops_is_finished_by_one_still_runnin
     assert set(by_node) == {"a", "b"} and by_node["a"] >= left["done"], by_node
     (whole,) = await audit_rows(b, "bulk_rearm")
     assert (whole["target"], whole["node"], whole["detail"]["done"]) == (bid, "b", 200)
+
+
+async def test_a_cancel_on_another_node_stops_the_batch_where_it_runs(
+        node: NodeFactory) -> None:
+    """b cancels a batch a runs: a's runner stops (nothing is done after the cancel),
+    the batch ends cancelled once, with one audit row for it, and the counts add up."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    on_a, on_b = split(a, b, 300)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
+
+    async def some_done() -> bool:
+        return int((await a.bulk.get(bid))["done"]) >= 10
+    await until(some_done, what="a's batch under way")
+    answer = await b.bulk.cancel(bid, reason="wrong selection")
+    assert answer["status"] in ("cancelling", "cancelled"), answer
+    await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
+    batch = await b.bulk.get(bid)
+    assert batch["status"] == "cancelled" and batch["left"] == 0, batch
+    assert batch["done"] + batch["cancelled"] == 300 and batch["cancelled"] > 0, batch
+    assert batch["done"] < 300 - 50  # stopped soon after the cancel, not run through
+    items = await audit_rows(b, "rearm")
+    assert len(items) == batch["done"] and len({r["target"] for r in items}) == batch["done"]
+    assert len(await b.dead_letters()) == batch["cancelled"]
+    (whole,) = await audit_rows(b, "bulk_rearm")
+    assert (whole["target"], whole["detail"]["status"]) == (bid, "cancelled")
+    assert (whole["detail"]["done"], whole["detail"]["cancelled"]) == \
+        (batch["done"], batch["cancelled"])
+
+
+async def test_a_node_taken_for_gone_gives_up_the_batch_taken_from_it(
+        node: NodeFactory) -> None:
+    """a's row ages (as when a stalls past its lease) while its batch runs: b takes the
+    batch over, and a, running still, sees that in the batch's row before its next
+    group and stops; b finishes. One batch row, b's; an item or two may have been in
+    flight on both nodes (see the module docstring)."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    on_a, on_b = split(a, b, 300)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
+
+    async def some_done() -> bool:
+        return int((await a.bulk.get(bid))["done"]) >= 10
+    await until(some_done, what="a's batch under way")
+    async with backend_of(b)._require_pool().acquire() as conn:
+        await conn.execute("UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'")
+    await b.bulk.resume_open()  # what b's watcher does when it sees a gone
+    assert (await b.bulk.get(bid))["node"] == "b" and bid in b.bulk._runners
+    await until(lambda: bid not in a.bulk._runners, what="a gave the batch up")
+    batch = await b.bulk.wait(bid)
+    assert (batch["status"], batch["failed"], batch["left"], batch["node"]) == \
+        ("done", 0, 0, "b"), batch
+    assert await b.dead_letters() == []
+    per_target = collections.Counter(r["target"] for r in await audit_rows(b, "rearm"))
+    assert set(per_target) == {f"Counter/{n}" for n in on_a + on_b}
+    twice = [t for t, c in per_target.items() if c > 1]
+    assert len(twice) <= 2 and set(per_target.values()) <= {1, 2}, twice
+    (whole,) = await audit_rows(b, "bulk_rearm")  # a never ended it
+    assert (whole["target"], whole["node"]) == (bid, "b")
