@@ -16,7 +16,9 @@ A runner works through the items in seq order, at most `throttle` at a time:
   item's audit row land together or not at all.
 - Alarm items that need the object's turn (pause, resume, a running attempt) or
   live on another node go through the runtime's own action, one by one; their
-  outcomes are written after. Each of these is safe to do again after a crash.
+  outcomes are written after. Each of these is safe to do again after a crash. One
+  the runtime refuses because it is stopping did not run: it stays open, and the
+  runner stops, as the stop would have stopped it.
 - Execution items call `runtime.executions`, which audits each one; an item is
   marked `running` first with what it saw, so a restart can tell whether the
   action landed (`actions.already_applied`).
@@ -49,7 +51,13 @@ from alarmtop.core.bulk.actions import (
 from alarmtop.core.bulk.pacing import GapPacer
 from alarmtop.core.bulk.progress import Progress, finished_status
 from alarmtop.core.bulk.selection import Selection, parse_selection
-from alarmtop.core.errors import AlarmtopError, InvalidArgument, NoAlarm, NotFound
+from alarmtop.core.errors import (
+    AlarmtopError,
+    InvalidArgument,
+    NoAlarm,
+    NotFound,
+    RuntimeNotRunning,
+)
 from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 
 if TYPE_CHECKING:
@@ -99,6 +107,11 @@ def decide(action: str, rec: AlarmRecord | None, key: AlarmKey, now_ms: int,
                                   "letter; nothing cleared")
         return P.delete_alarm(rec)
     raise InvalidArgument(f"{action} is not decided from the record")
+
+
+class _Stopping(Exception):
+    """The runtime stops under a runner: what it did not run stays open, for the next
+    start or another node, as when the stop cancels the runner."""
 
 
 class _Runner:
@@ -361,6 +374,8 @@ class BulkService:
                 i = 0
                 while i < len(items) and not runner.cancelled:
                     size = await self._give_way(pacer, largest)
+                    if not self.rt.running:  # it stops: items would be refused
+                        raise _Stopping
                     await self._check_row(runner)
                     if runner.cancelled or runner.lost:  # while it waited, or elsewhere
                         break
@@ -380,6 +395,9 @@ class BulkService:
                                cancel_reason=runner.cancel_reason)
         except asyncio.CancelledError:
             raise  # the runtime stops: the batch stays open and resumes at the next start
+        except _Stopping:
+            log.info("bulk batch %s: the runtime stops under it; it resumes at the next "
+                     "start (in a fleet, on a node still running)", batch_id)
         except Exception:
             log.exception("bulk batch %s stopped on an error; it resumes at the next start",
                           batch_id)
@@ -532,7 +550,7 @@ class BulkService:
         rt, action = self.rt, row["action"]
         at_ms = row["params"].get("at_ms")
 
-        async def one(key: str, akey: AlarmKey) -> str | None:
+        async def one(key: str, akey: AlarmKey) -> str | _Stopping | None:
             try:
                 if action == "clear_faults":
                     self._clear_faults(key)
@@ -542,20 +560,29 @@ class BulkService:
                                          **({"reason": row.get("reason")}
                                             if action in ("pause_alarm", "resume_alarm")
                                             else {}))
+            except RuntimeNotRunning:
+                return _Stopping()  # refused, not run: the item stays open
             except AlarmtopError as exc:
                 return str(exc)
             return None
 
-        errors = await asyncio.gather(*(one(key, akey) for _, key, akey in items))
+        results = await asyncio.gather(*(one(key, akey) for _, key, akey in items))
         now = rt.clock.now_ms()
-        outcomes = [ItemOutcome(seq, "done" if err is None else "failed", err)
-                    for (seq, _, _), err in zip(items, errors, strict=True)]
-        audit = [self._audit(row, key, now, err)
-                 for (_, key, _), err in zip(items, errors, strict=True)]
-        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
-        failures = [(key, err) for (_, key, _), err in zip(items, errors, strict=True)
-                    if err is not None]
-        return len(items) - len(failures), failures
+        outcomes: builtins.list[ItemOutcome] = []
+        audit: builtins.list[dict[str, Any]] = []
+        failures: builtins.list[tuple[str, str]] = []
+        for (seq, key, _), err in zip(items, results, strict=True):
+            if isinstance(err, _Stopping):
+                continue
+            outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
+            audit.append(self._audit(row, key, now, err))
+            if err is not None:
+                failures.append((key, err))
+        if outcomes:
+            await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        if len(outcomes) < len(items):
+            raise _Stopping
+        return len(outcomes) - len(failures), failures
 
     def _clear_faults(self, target: str) -> int:
         faults = self.rt.faults
@@ -602,7 +629,7 @@ class BulkService:
         ex, reason = rt.executions, row.get("reason")
         kw: dict[str, Any] = {"actor": row["actor"], "role": row.get("role")}
 
-        async def one(key: str) -> str | None:
+        async def one(key: str) -> str | _Stopping | None:
             try:
                 if action == "pause":
                     await ex.pause(key, reason, **kw)
@@ -618,20 +645,30 @@ class BulkService:
                     await ex.abort(key, reason or f"aborted by bulk batch {row['id']}", **kw)
                 else:
                     self._clear_faults(key)
+            except RuntimeNotRunning:
+                return _Stopping()  # refused, not run: the item stays open (or running)
             except AlarmtopError as exc:
                 return str(exc)
             return None
 
-        errors = await asyncio.gather(*(one(key) for _, key in todo))
+        results = await asyncio.gather(*(one(key) for _, key in todo))
         audit = []
+        failures: builtins.list[tuple[str, str]] = []
+        stopped = False
         now = rt.clock.now_ms()
-        for (seq, key), err in zip(todo, errors, strict=True):
+        for (seq, key), err in zip(todo, results, strict=True):
+            if isinstance(err, _Stopping):
+                stopped = True
+                continue
             outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
             if action == "clear_faults":  # the others audit themselves (runtime.executions)
                 audit.append(self._audit(row, key, now, err))
-        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
-        failures = [(key, err) for (_, key), err in zip(todo, errors, strict=True)
-                    if err is not None]
+            if err is not None:
+                failures.append((key, err))
+        if outcomes:
+            await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        if stopped:
+            raise _Stopping
         return sum(1 for o in outcomes if o.status == "done"), failures
 
 

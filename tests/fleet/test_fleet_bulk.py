@@ -1,8 +1,9 @@
 """Bulk batches in a fleet: two in-process nodes on one real PostgreSQL, each holding
 half the shards. A batch started on one node does the items of the other node's
 shards through that node (its records, its scheduler, its events); a batch left
-open by a node that stops is finished by a node that keeps running, each item once;
-a cancel made on another node than the batch's stops it where it runs.
+open by a node that stops is finished by a node that keeps running, each item once
+(none failed for the stop); a cancel made on another node than the batch's stops it
+where it runs.
 
 Every item writes its audit row from the node running the batch (the audit table's
 `node` column names the writer), so which node applied an item is read from the
@@ -17,19 +18,38 @@ batch's node)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from typing import Any
 
-from alarmtop.core import Runtime
+from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from tests.conftest import START_MS
-from tests.fleet.conftest import NodeFactory, backend_of, balance, until
+from tests.fleet.conftest import Counter, NodeFactory, backend_of, balance, name_on, until
 
 FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
 DEAD = {"kind": "alarms", "state": "dead"}
 # Short leases for the tests where a node must notice another one go (the bulk
 # service looks every third of a lease); the others keep the fixture's long ones.
 LEASE_S = 1.5
+
+
+class Stuck(DurableObject):
+    """Its alarm holds on, cancelled or not, until the test lets go (`env["gate"]`): a
+    stop waits for it (within its grace), as for a handler stuck on a slow downstream
+    that ignores being cancelled."""
+
+    async def arm(self, at_ms: int) -> None:
+        await self.ctx.storage.set_alarm(at_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        env = self.env
+        env["started"].set()
+        try:
+            await env["clock"].idle_wait(env["gate"].wait())
+        except asyncio.CancelledError:
+            await env["clock"].idle_wait(env["gate"].wait())
+            raise
 
 
 def split(a: Runtime, b: Runtime, n: int, prefix: str = "j") -> tuple[list[str], list[str]]:
@@ -248,3 +268,46 @@ async def test_a_node_taken_for_gone_gives_up_the_batch_taken_from_it(
     assert len(twice) <= 2 and set(per_target.values()) <= {1, 2}, twice
     (whole,) = await audit_rows(b, "bulk_rearm")  # a never ended it
     assert (whole["target"], whole["node"]) == (bid, "b")
+
+
+async def test_items_a_stopping_node_cannot_run_are_left_for_the_next_owner(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """a's stop waits on a stuck alarm handler while its batch runner goes on: a node
+    that stops refuses the runtime's own actions ("not running"), and an item refused
+    so did not fail, it did not run. a's runner stops with the items left open, and b
+    finishes them once a is gone: none failed, each done once."""
+    gate, started = asyncio.Event(), asyncio.Event()
+    env = {"gate": gate, "started": started, "clock": clock}
+    a = await node("a", Counter, Stuck, lease_s=LEASE_S, env=env)
+    b = await node("b", Counter, Stuck, lease_s=LEASE_S, env=env)
+    await balance(a, b)
+    _, on_b = split(a, b, 300)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    await a.get("Stuck", name_on(a, "Stuck")).arm(START_MS + 1000)
+    await clock.advance(1)
+    await until(started.is_set, what="the stuck alarm running on a")
+    keys = [f"Counter/{n}" for n in on_b]  # every item goes through b, one by one
+    bid = await a.bulk.start("rearm", keys=keys, max_in_flight=1, at_ms=FAR)
+
+    async def some_done() -> bool:
+        return int((await a.bulk.get(bid))["done"]) >= 10
+    await until(some_done, what="a's batch under way")
+    stopping = asyncio.create_task(a.stop())
+    try:
+        await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
+        assert not stopping.done()  # still held up by the stuck handler
+        left = await a.bulk.get(bid)
+        assert (left["status"], left["failed"]) == ("running", 0), left
+        assert 0 < left["done"] < len(keys)
+    finally:
+        gate.set()
+        await stopping
+
+    async def finished() -> bool:
+        return (await b.bulk.get(bid))["status"] not in ("running", "cancelling")
+    await until(finished, within=4 * LEASE_S + 5, what="b finished a's batch")
+    batch = await b.bulk.get(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["node"]) == \
+        ("done", len(keys), 0, "b"), batch
+    per_target = collections.Counter(r["target"] for r in await audit_rows(b, "rearm"))
+    assert per_target == collections.Counter(keys)
