@@ -6,7 +6,9 @@ key it will act on before it returns (a selection's matches are fixed when the
 operator confirms), and a runtime that starts resumes every open batch. In a
 fleet a batch is run by one node at a time (the batch's `node`); the nodes still
 running look out for one that goes (a clean stop, or its leases left to run out)
-and one of them takes over the batches it left.
+and one of them takes over the batches it left. A runner reads its batch's row
+before each group: a cancel made on another node, or a takeover by another node,
+stops it there.
 
 A runner works through the items in seq order, at most `throttle` at a time:
 
@@ -22,6 +24,9 @@ A runner works through the items in seq order, at most `throttle` at a time:
 - Execution items call `runtime.executions`, which audits each one; an item is
   marked `running` first with what it saw, so a restart can tell whether the
   action landed (`actions.already_applied`).
+
+A run cut short by storage or the fleet (a shard moved under a group, an owner not
+reached, PostgreSQL away) goes on from the items still open, as a resume would.
 
 The batch itself is one more audit row, written with its end (action
 `bulk_<action>`, target the batch id, the counts in the detail). Events:
@@ -55,8 +60,10 @@ from alarmtop.core.errors import (
     AlarmtopError,
     InvalidArgument,
     NoAlarm,
+    NodeUnreachable,
     NotFound,
     RuntimeNotRunning,
+    StorageError,
 )
 from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 
@@ -74,6 +81,10 @@ WRITE_GROUP = 200
 YIELD_STEP_S = 0.001
 PREVIEW_SAMPLE = 20
 CANCEL_ANSWER_S = 2.0  # a cancel answers by then, ended or still "cancelling"
+# A runner cut short by storage or the fleet (see `_run`) goes on after this, doubling
+# up to RETRY_MAX_S while it gets nowhere (wall time).
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 5.0
 FAILURES_SHOWN = 100
 # The runtime's own action for an alarm item sent one by one (`Runtime._operate_here`).
 _RUNTIME_ACTION = {"rearm": "re-arm", "fire_now": "fire", "clear_dead_letter": "clear",
@@ -351,48 +362,29 @@ class BulkService:
         runner.task = self.rt.tasks.spawn(self._run(runner), name=f"bulk {row['id']}")
 
     async def _run(self, runner: _Runner) -> None:
-        row = runner.batch
-        batch_id = row["id"]
+        """Work the batch through. Storage or the fleet may cut a run short: a shard
+        moved under a group (its write fenced out, nothing of it kept), an item's owner
+        could not be reached, PostgreSQL went away. The runner then goes on from the
+        items still open, as a resume would, after a pause that grows while it gets
+        nowhere; anything else leaves the batch open for the next start."""
+        batch_id = runner.batch["id"]
+        delay = RETRY_FIRST_S
         try:
-            if row["status"] == "preparing":
-                sel = parse_selection(row["params"]["selection"])
-                row["total"] = await self._prepare(batch_id, sel, row.get("prep_after"))
-            if row["status"] == "cancelling":
-                runner.cancelled = True
-            clock = self.rt.clock
-            prog = runner.progress = Progress(row["total"], row["throttle"], done=row["done"],
-                                              failed=row["failed"],
-                                              cancelled=row["cancelled"],
-                                              now_ms=clock.now_ms())
-            seq = 0
-            largest = min(row["throttle"], WRITE_GROUP)
-            pacer = GapPacer(largest)
-            while not (runner.cancelled or runner.lost):
-                items = await self.store.open_items(batch_id, seq, CHUNK)
-                if not items:
-                    break
-                i = 0
-                while i < len(items) and not runner.cancelled:
-                    size = await self._give_way(pacer, largest)
-                    if not self.rt.running:  # it stops: items would be refused
-                        raise _Stopping
-                    await self._check_row(runner)
-                    if runner.cancelled or runner.lost:  # while it waited, or elsewhere
-                        break
-                    group = items[i:i + size]
-                    began = time.perf_counter()
-                    await self._group(row, prog, group)
-                    pacer.observe(len(group), (time.perf_counter() - began) * 1000)
-                    i += len(group)
-                    seq = group[-1][0]
-                    if prog.due(clock.now_ms()):
-                        self._progress(row, prog)
-            if runner.lost:
-                log.warning("bulk batch %s was taken over by another node (this one was "
-                            "taken for gone); it runs on there", batch_id)
-                return
-            await self._finish(row, prog, cancelled=runner.cancelled,
-                               cancel_reason=runner.cancel_reason)
+            while True:
+                before = runner.batch["done"] + runner.batch["failed"]
+                try:
+                    await self._work(runner)
+                    return
+                except (StorageError, NodeUnreachable) as exc:
+                    prog = runner.progress
+                    if prog is not None and prog.done + prog.failed > before:
+                        delay = RETRY_FIRST_S  # it got somewhere before this
+                    log.warning("bulk batch %s was cut short (%s); it goes on in %g s",
+                                batch_id, exc, delay)
+                await self.rt.tasks.idle_wait(asyncio.sleep(delay))
+                delay = min(RETRY_MAX_S, delay * 2)
+                if not await self._reload(runner):
+                    return
         except asyncio.CancelledError:
             raise  # the runtime stops: the batch stays open and resumes at the next start
         except _Stopping:
@@ -403,6 +395,61 @@ class BulkService:
                           batch_id)
         finally:
             self._runners.pop(batch_id, None)
+
+    async def _reload(self, runner: _Runner) -> bool:
+        """The batch's row again, before a runner goes on after being cut short: False
+        when there is nothing more for it to do here (ended, or another node's now)."""
+        row = await self.store.get_batch(runner.batch["id"])
+        if row is None or row["status"] not in BATCH_OPEN:
+            return False
+        if _watch_period(self.rt) is not None and row.get("node") != _node_id(self.rt):
+            return False
+        runner.batch.update(row)
+        return True
+
+    async def _work(self, runner: _Runner) -> None:
+        """One run through the batch's open items, to its end (or its cancel)."""
+        row = runner.batch
+        batch_id = row["id"]
+        if row["status"] == "preparing":
+            sel = parse_selection(row["params"]["selection"])
+            row["total"] = await self._prepare(batch_id, sel, row.get("prep_after"))
+        if row["status"] == "cancelling":
+            runner.cancelled = True
+        clock = self.rt.clock
+        prog = runner.progress = Progress(row["total"], row["throttle"], done=row["done"],
+                                          failed=row["failed"],
+                                          cancelled=row["cancelled"],
+                                          now_ms=clock.now_ms())
+        seq = 0
+        largest = min(row["throttle"], WRITE_GROUP)
+        pacer = GapPacer(largest)
+        while not (runner.cancelled or runner.lost):
+            items = await self.store.open_items(batch_id, seq, CHUNK)
+            if not items:
+                break
+            i = 0
+            while i < len(items) and not runner.cancelled:
+                size = await self._give_way(pacer, largest)
+                if not self.rt.running:  # it stops: items would be refused
+                    raise _Stopping
+                await self._check_row(runner)
+                if runner.cancelled or runner.lost:  # while it waited, or elsewhere
+                    break
+                group = items[i:i + size]
+                began = time.perf_counter()
+                await self._group(row, prog, group)
+                pacer.observe(len(group), (time.perf_counter() - began) * 1000)
+                i += len(group)
+                seq = group[-1][0]
+                if prog.due(clock.now_ms()):
+                    self._progress(row, prog)
+        if runner.lost:
+            log.warning("bulk batch %s was taken over by another node (this one was "
+                        "taken for gone); it runs on there", batch_id)
+            return
+        await self._finish(row, prog, cancelled=runner.cancelled,
+                           cancel_reason=runner.cancel_reason)
 
     async def _check_row(self, runner: _Runner) -> None:
         """In a fleet, look at the batch's row before each group (one read by key): a

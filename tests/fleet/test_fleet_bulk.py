@@ -3,7 +3,7 @@ half the shards. A batch started on one node does the items of the other node's
 shards through that node (its records, its scheduler, its events); a batch left
 open by a node that stops is finished by a node that keeps running, each item once
 (none failed for the stop); a cancel made on another node than the batch's stops it
-where it runs.
+where it runs; a shard moving under a batch does not stop it.
 
 Every item writes its audit row from the node running the batch (the audit table's
 `node` column names the writer), so which node applied an item is read from the
@@ -22,10 +22,20 @@ import asyncio
 import collections
 from typing import Any
 
+import pytest
+
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from tests.conftest import START_MS
-from tests.fleet.conftest import Counter, NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import (
+    SHARDS,
+    Counter,
+    NodeFactory,
+    backend_of,
+    balance,
+    name_on,
+    until,
+)
 
 FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
 DEAD = {"kind": "alarms", "state": "dead"}
@@ -311,3 +321,39 @@ async def test_items_a_stopping_node_cannot_run_are_left_for_the_next_owner(
         ("done", len(keys), 0, "b"), batch
     per_target = collections.Counter(r["target"] for r in await audit_rows(b, "rearm"))
     assert per_target == collections.Counter(keys)
+
+
+async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
+        node: NodeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """b has joined and a's next lease round hands b one of a's shards, between a
+    group's read of its records and its write (fenced out: nothing of it is kept).
+    The batch goes on, that shard's items through b once b holds it, and ends done,
+    each item once."""
+    a = await node("a")
+    b = await node("b")  # holds nothing yet: a's lease rounds will offer it shards
+    assert len(backend_of(a).epochs) == SHARDS and not backend_of(b).epochs
+    names = [f"j{i:04d}" for i in range(200)]
+    await write_alarms(a, names, AlarmState.DEAD)
+    heard = b.events.subscribe("alarm.rearmed")
+    store, moved = a.operator_store, []
+    read = store.get_many
+
+    async def read_then_move(keys: Any) -> Any:
+        got = await read(keys)
+        if not moved:  # the first group: the shard of its first item goes to b
+            moved.append(backend_of(a).shard_of(keys[0]))
+            await backend_of(a).hand_over(moved, "b")
+        return got
+    monkeypatch.setattr(store, "get_many", read_then_move)
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=10, at_ms=FAR)
+    await until(lambda: bool(moved), what="a shard handed over under a group")
+    await backend_of(b).keep_leases_once()  # b takes the shard offered to it
+    assert set(backend_of(b).epochs) == set(moved)
+    batch = await a.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["left"]) == \
+        ("done", 200, 0, 0), batch
+    assert await a.dead_letters() == []
+    per_target = collections.Counter(r["target"] for r in await audit_rows(a, "rearm"))
+    assert per_target == collections.Counter(f"Counter/{n}" for n in names)
+    went = {f"Counter/{n}" for n in names if backend_of(a).shard_of(("Counter", n)) == moved[0]}
+    assert went and set(objects(heard.drain(), "alarm.rearmed")) == went  # through b
