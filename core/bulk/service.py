@@ -323,12 +323,13 @@ class BulkService:
             # A batch belongs to the node that runs it while that node is up; one left by
             # a node that is gone (a restart of this one included) is taken over.
             up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
-            self._up_seen = up
             for row in await self.store.open_batches():
                 if row["id"] in self._runners or row.get("node") in up - {node}:
                     continue
                 if await self.store.claim_batch(row["id"], node, row.get("node")):
                     self._spawn(row)
+            # Only once all is looked at: cut short, the watcher sees the node gone again.
+            self._up_seen = up
         self._watch()
 
     def _watch(self) -> None:

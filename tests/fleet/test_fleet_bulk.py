@@ -1,9 +1,10 @@
 """Bulk batches in a fleet: two in-process nodes on one real PostgreSQL, each holding
-half the shards. A batch started on one node does the items of the other node's
-shards through that node (its records, its scheduler, its events); a batch left
-open by a node that stops is finished by a node that keeps running, each item once
-(none failed for the stop); a cancel made on another node than the batch's stops it
-where it runs; a shard moving under a batch does not stop it.
+half the shards (but in the test where a shard moves). A batch started on one node
+does the items of the other node's shards through that node (its records, its
+scheduler, its events); a batch left open by a node that stops is finished by a
+node that keeps running, each item once (none failed for the stop); a cancel made
+on another node than the batch's stops it where it runs; a shard moving under a
+batch does not stop it.
 
 Every item writes its audit row from the node running the batch (the audit table's
 `node` column names the writer), so which node applied an item is read from the
@@ -26,6 +27,7 @@ import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+from alarmtop.core.errors import StorageError
 from tests.conftest import START_MS
 from tests.fleet.conftest import (
     SHARDS,
@@ -357,3 +359,38 @@ async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
     assert per_target == collections.Counter(f"Counter/{n}" for n in names)
     went = {f"Counter/{n}" for n in names if backend_of(a).shard_of(("Counter", n)) == moved[0]}
     assert went and set(objects(heard.drain(), "alarm.rearmed")) == went  # through b
+
+
+async def test_a_takeover_cut_short_is_tried_again(node: NodeFactory,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """b's first look at the open batches after a goes fails (PostgreSQL away for a
+    moment): b still takes a's batch over, at its next look."""
+    a = await node("a", lease_s=LEASE_S)
+    b = await node("b", lease_s=LEASE_S)
+    await balance(a, b)
+    on_a, on_b = split(a, b, 200)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    store, looks = b.operator_store, []
+    open_batches = store.open_batches
+
+    async def first_fails() -> Any:
+        looks.append(1)
+        if len(looks) == 1:
+            raise StorageError("connection lost", "postgresql")
+        return await open_batches()
+    monkeypatch.setattr(store, "open_batches", first_fails)
+    bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
+
+    async def some_done() -> bool:
+        return int((await a.bulk.get(bid))["done"]) >= 10
+    await until(some_done, what="a's batch under way")
+    await a.stop()
+
+    async def finished() -> bool:
+        return (await b.bulk.get(bid))["status"] not in ("running", "cancelling")
+    await until(finished, within=4 * LEASE_S + 5, what="b finished a's batch")
+    assert len(looks) >= 2
+    batch = await b.bulk.get(bid)
+    assert (batch["status"], batch["done"], batch["failed"], batch["node"]) == \
+        ("done", 200, 0, "b"), batch
