@@ -3,7 +3,12 @@
 A batch is rows of the runtime database (`bulk_batches`, `bulk_items`), so it
 outlives the client that started it and the runtime itself: `start` records every
 key it will act on before it returns (a selection's matches are fixed when the
-operator confirms), and a runtime that starts resumes every open batch.
+operator confirms), and a runtime that starts resumes every open batch. In a
+fleet a batch is run by one node at a time (the batch's `node`); the nodes still
+running look out for one that goes (a clean stop, or its leases left to run out)
+and one of them takes over the batches it left. A runner reads its batch's row
+before each group: a cancel made on another node, or a takeover by another node,
+stops it there.
 
 A runner works through the items in seq order, at most `throttle` at a time:
 
@@ -13,10 +18,15 @@ A runner works through the items in seq order, at most `throttle` at a time:
   item's audit row land together or not at all.
 - Alarm items that need the object's turn (pause, resume, a running attempt) or
   live on another node go through the runtime's own action, one by one; their
-  outcomes are written after. Each of these is safe to do again after a crash.
+  outcomes are written after. Each of these is safe to do again after a crash. One
+  the runtime refuses because it is stopping did not run: it stays open, and the
+  runner stops, as the stop would have stopped it.
 - Execution items call `runtime.executions`, which audits each one; an item is
   marked `running` first with what it saw, so a restart can tell whether the
   action landed (`actions.already_applied`).
+
+A run cut short by storage or the fleet (a shard moved under a group, an owner not
+reached, PostgreSQL away) goes on from the items still open, as a resume would.
 
 The batch itself is one more audit row, written with its end (action
 `bulk_<action>`, target the batch id, the counts in the detail). Events:
@@ -46,7 +56,15 @@ from alarmtop.core.bulk.actions import (
 from alarmtop.core.bulk.pacing import GapPacer
 from alarmtop.core.bulk.progress import Progress, finished_status
 from alarmtop.core.bulk.selection import Selection, parse_selection
-from alarmtop.core.errors import AlarmtopError, InvalidArgument, NoAlarm, NotFound
+from alarmtop.core.errors import (
+    AlarmtopError,
+    InvalidArgument,
+    NoAlarm,
+    NodeUnreachable,
+    NotFound,
+    RuntimeNotRunning,
+    StorageError,
+)
 from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 
 if TYPE_CHECKING:
@@ -63,6 +81,10 @@ WRITE_GROUP = 200
 YIELD_STEP_S = 0.001
 PREVIEW_SAMPLE = 20
 CANCEL_ANSWER_S = 2.0  # a cancel answers by then, ended or still "cancelling"
+# A runner cut short by storage or the fleet (see `_run`) goes on after this, doubling
+# up to RETRY_MAX_S while it gets nowhere (wall time).
+RETRY_FIRST_S = 0.1
+RETRY_MAX_S = 5.0
 FAILURES_SHOWN = 100
 # The runtime's own action for an alarm item sent one by one (`Runtime._operate_here`).
 _RUNTIME_ACTION = {"rearm": "re-arm", "fire_now": "fire", "clear_dead_letter": "clear",
@@ -98,6 +120,11 @@ def decide(action: str, rec: AlarmRecord | None, key: AlarmKey, now_ms: int,
     raise InvalidArgument(f"{action} is not decided from the record")
 
 
+class _Stopping(Exception):
+    """The runtime stops under a runner: what it did not run stays open, for the next
+    start or another node, as when the stop cancels the runner."""
+
+
 class _Runner:
     """One batch being worked through on this node."""
 
@@ -107,6 +134,7 @@ class _Runner:
         self.task: asyncio.Task[None] | None = None
         self.progress: Progress | None = None
         self.cancel_reason: str | None = None
+        self.lost = False  # another node took the batch over: this runner stops
 
 
 class BulkService:
@@ -117,6 +145,9 @@ class BulkService:
         self.store = rt.operator_store
         self._runners: dict[str, _Runner] = {}
         self._ids = itertools.count(1)
+        self._resuming = asyncio.Lock()
+        self._up_seen: set[str] = set()  # the fleet's nodes up when last looked at
+        self._watcher: asyncio.Task[None] | None = None
 
     # -- asking -------------------------------------------------------------------------
 
@@ -248,9 +279,32 @@ class BulkService:
                 # the answer (an operator's, under the server's command deadline) says
                 # "cancelling" then, and the batch ends cancelled when they have.
                 await asyncio.wait({runner.task}, timeout=CANCEL_ANSWER_S)
-        else:  # no runner on this node (it never resumed here): end it now
-            await self._finish(row, None, cancelled=True, cancel_reason=_text(reason))
+        else:
+            await self._cancel_elsewhere(row, _text(reason))
         return await self.get(batch_id)
+
+    async def _cancel_elsewhere(self, row: dict[str, Any], reason: str | None) -> None:
+        """Cancel a batch no runner of this node runs. One that runs on another node
+        that is up is asked to end there: the row says `cancelling`, which its runner
+        reads (`_check_row`), and the answer waits for it as a cancel here does. One
+        that runs nowhere (left by a node that is gone) is taken and ended now."""
+        batch_id, me, owner = row["id"], _node_id(self.rt), row.get("node")
+        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+        if not (_watch_period(self.rt) is not None and owner in up - {me}) and \
+                await self.store.claim_batch(batch_id, me, owner):
+            await self._finish(row, None, cancelled=True, cancel_reason=reason)
+            return
+        await self.store.submit(self.store.finish_write(batch_id, "cancelling",
+                                                        self.rt.clock.now_ms()))
+        self.rt.events.emit("bulk.progress", {
+            "batch_id": batch_id, "action": row["action"], "kind": row["kind"],
+            "total": row["total"], "status": "cancelling"})
+        deadline = time.monotonic() + CANCEL_ANSWER_S
+        while time.monotonic() < deadline:
+            now = await self.store.get_batch(batch_id)
+            if now is None or now["status"] not in BATCH_OPEN:
+                return
+            await self.rt.tasks.idle_wait(asyncio.sleep(0.02))
 
     async def wait(self, batch_id: str) -> dict[str, Any]:
         """Until the batch's runner on this node ends; the batch as it ended."""
@@ -262,16 +316,46 @@ class BulkService:
     # -- running ------------------------------------------------------------------------
 
     async def resume_open(self) -> None:
-        """At start: run on every batch left open (by a stop, a crash or another node)."""
-        node = _node_id(self.rt)
-        # A batch belongs to the node that runs it while that node is up; one left by a
-        # node that is gone (a restart of this one included) is taken over.
-        up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")} - {node}
-        for row in await self.store.open_batches():
-            if row["id"] in self._runners or row.get("node") in up:
-                continue
-            if await self.store.claim_batch(row["id"], node, row.get("node")):
-                self._spawn(row)
+        """Run on every batch left open (by a stop, a crash or another node): at start,
+        and in a fleet whenever another node is seen to go (`_watch_fleet`)."""
+        async with self._resuming:  # the start's call and the watcher's: one at a time
+            node = _node_id(self.rt)
+            # A batch belongs to the node that runs it while that node is up; one left by
+            # a node that is gone (a restart of this one included) is taken over.
+            up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+            for row in await self.store.open_batches():
+                if row["id"] in self._runners or row.get("node") in up - {node}:
+                    continue
+                if await self.store.claim_batch(row["id"], node, row.get("node")):
+                    self._spawn(row)
+            # Only once all is looked at: cut short, the watcher sees the node gone again.
+            self._up_seen = up
+        self._watch()
+
+    def _watch(self) -> None:
+        """In a fleet, start looking out for nodes that go (once per start)."""
+        period = _watch_period(self.rt)
+        if period is None or (self._watcher is not None and not self._watcher.done()):
+            return
+        self._watcher = self.rt.tasks.spawn(self._watch_fleet(period), name="bulk fleet watch")
+
+    async def _watch_fleet(self, period_s: float) -> None:
+        """A node that stops, or stops renewing its leases, leaves its open batches to
+        the nodes still running: each looks at the fleet's nodes every `period_s` (wall
+        time, as leases go) and, when one it saw up is not any more, takes over what
+        that node left (`claim_batch`: one taker wins). One of the runtime's tasks:
+        it ends with the runtime."""
+        while True:
+            # Asleep, it is idle: a virtual clock moves on without it.
+            await self.rt.tasks.idle_wait(asyncio.sleep(period_s))
+            try:
+                up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
+                if self._up_seen - up:
+                    await self.resume_open()
+                else:
+                    self._up_seen = up
+            except Exception as exc:  # PostgreSQL away, say: looked at again next time
+                log.warning("bulk batches: could not look for nodes that went: %s", exc)
 
     def _spawn(self, row: dict[str, Any]) -> None:
         runner = _Runner(row)
@@ -279,48 +363,107 @@ class BulkService:
         runner.task = self.rt.tasks.spawn(self._run(runner), name=f"bulk {row['id']}")
 
     async def _run(self, runner: _Runner) -> None:
-        row = runner.batch
-        batch_id = row["id"]
+        """Work the batch through. Storage or the fleet may cut a run short: a shard
+        moved under a group (its write fenced out, nothing of it kept), an item's owner
+        could not be reached, PostgreSQL went away. The runner then goes on from the
+        items still open, as a resume would, after a pause that grows while it gets
+        nowhere; anything else leaves the batch open for the next start."""
+        batch_id = runner.batch["id"]
+        delay = RETRY_FIRST_S
         try:
-            if row["status"] == "preparing":
-                sel = parse_selection(row["params"]["selection"])
-                row["total"] = await self._prepare(batch_id, sel, row.get("prep_after"))
-            if row["status"] == "cancelling":
-                runner.cancelled = True
-            clock = self.rt.clock
-            prog = runner.progress = Progress(row["total"], row["throttle"], done=row["done"],
-                                              failed=row["failed"],
-                                              cancelled=row["cancelled"],
-                                              now_ms=clock.now_ms())
-            seq = 0
-            largest = min(row["throttle"], WRITE_GROUP)
-            pacer = GapPacer(largest)
-            while not runner.cancelled:
-                items = await self.store.open_items(batch_id, seq, CHUNK)
-                if not items:
-                    break
-                i = 0
-                while i < len(items) and not runner.cancelled:
-                    size = await self._give_way(pacer, largest)
-                    if runner.cancelled:  # while it waited for room
-                        break
-                    group = items[i:i + size]
-                    began = time.perf_counter()
-                    await self._group(row, prog, group)
-                    pacer.observe(len(group), (time.perf_counter() - began) * 1000)
-                    i += len(group)
-                    seq = group[-1][0]
-                    if prog.due(clock.now_ms()):
-                        self._progress(row, prog)
-            await self._finish(row, prog, cancelled=runner.cancelled,
-                               cancel_reason=runner.cancel_reason)
+            while True:
+                before = runner.batch["done"] + runner.batch["failed"]
+                try:
+                    await self._work(runner)
+                    return
+                except (StorageError, NodeUnreachable) as exc:
+                    prog = runner.progress
+                    if prog is not None and prog.done + prog.failed > before:
+                        delay = RETRY_FIRST_S  # it got somewhere before this
+                    log.warning("bulk batch %s was cut short (%s); it goes on in %g s",
+                                batch_id, exc, delay)
+                await self.rt.tasks.idle_wait(asyncio.sleep(delay))
+                delay = min(RETRY_MAX_S, delay * 2)
+                if not await self._reload(runner):
+                    return
         except asyncio.CancelledError:
             raise  # the runtime stops: the batch stays open and resumes at the next start
+        except _Stopping:
+            log.info("bulk batch %s: the runtime stops under it; it resumes at the next "
+                     "start (in a fleet, on a node still running)", batch_id)
         except Exception:
             log.exception("bulk batch %s stopped on an error; it resumes at the next start",
                           batch_id)
         finally:
             self._runners.pop(batch_id, None)
+
+    async def _reload(self, runner: _Runner) -> bool:
+        """The batch's row again, before a runner goes on after being cut short: False
+        when there is nothing more for it to do here (ended, or another node's now)."""
+        row = await self.store.get_batch(runner.batch["id"])
+        if row is None or row["status"] not in BATCH_OPEN:
+            return False
+        if _watch_period(self.rt) is not None and row.get("node") != _node_id(self.rt):
+            return False
+        runner.batch.update(row)
+        return True
+
+    async def _work(self, runner: _Runner) -> None:
+        """One run through the batch's open items, to its end (or its cancel)."""
+        row = runner.batch
+        batch_id = row["id"]
+        if row["status"] == "preparing":
+            sel = parse_selection(row["params"]["selection"])
+            row["total"] = await self._prepare(batch_id, sel, row.get("prep_after"))
+        if row["status"] == "cancelling":
+            runner.cancelled = True
+        clock = self.rt.clock
+        prog = runner.progress = Progress(row["total"], row["throttle"], done=row["done"],
+                                          failed=row["failed"],
+                                          cancelled=row["cancelled"],
+                                          now_ms=clock.now_ms())
+        seq = 0
+        largest = min(row["throttle"], WRITE_GROUP)
+        pacer = GapPacer(largest)
+        while not (runner.cancelled or runner.lost):
+            items = await self.store.open_items(batch_id, seq, CHUNK)
+            if not items:
+                break
+            i = 0
+            while i < len(items) and not runner.cancelled:
+                size = await self._give_way(pacer, largest)
+                if not self.rt.running:  # it stops: items would be refused
+                    raise _Stopping
+                await self._check_row(runner)
+                if runner.cancelled or runner.lost:  # while it waited, or elsewhere
+                    break
+                group = items[i:i + size]
+                began = time.perf_counter()
+                await self._group(row, prog, group)
+                pacer.observe(len(group), (time.perf_counter() - began) * 1000)
+                i += len(group)
+                seq = group[-1][0]
+                if prog.due(clock.now_ms()):
+                    self._progress(row, prog)
+        if runner.lost:
+            log.warning("bulk batch %s was taken over by another node (this one was "
+                        "taken for gone); it runs on there", batch_id)
+            return
+        await self._finish(row, prog, cancelled=runner.cancelled,
+                           cancel_reason=runner.cancel_reason)
+
+    async def _check_row(self, runner: _Runner) -> None:
+        """In a fleet, look at the batch's row before each group (one read by key): a
+        cancel made on another node says `cancelling` there; a node that took the batch
+        over (this one was taken for gone: it stopped renewing for a lease) is named in
+        it."""
+        if _watch_period(self.rt) is None or runner.cancelled:
+            return
+        row = await self.store.get_batch(runner.batch["id"])
+        if row is None or row.get("node") != _node_id(self.rt):
+            runner.lost = True
+        elif row["status"] == "cancelling":
+            runner.cancelled = True
 
     async def _give_way(self, pacer: GapPacer, largest: int) -> int:
         """How many items the next group takes, once there is room for it between the
@@ -455,7 +598,7 @@ class BulkService:
         rt, action = self.rt, row["action"]
         at_ms = row["params"].get("at_ms")
 
-        async def one(key: str, akey: AlarmKey) -> str | None:
+        async def one(key: str, akey: AlarmKey) -> str | _Stopping | None:
             try:
                 if action == "clear_faults":
                     self._clear_faults(key)
@@ -465,20 +608,29 @@ class BulkService:
                                          **({"reason": row.get("reason")}
                                             if action in ("pause_alarm", "resume_alarm")
                                             else {}))
+            except RuntimeNotRunning:
+                return _Stopping()  # refused, not run: the item stays open
             except AlarmtopError as exc:
                 return str(exc)
             return None
 
-        errors = await asyncio.gather(*(one(key, akey) for _, key, akey in items))
+        results = await asyncio.gather(*(one(key, akey) for _, key, akey in items))
         now = rt.clock.now_ms()
-        outcomes = [ItemOutcome(seq, "done" if err is None else "failed", err)
-                    for (seq, _, _), err in zip(items, errors, strict=True)]
-        audit = [self._audit(row, key, now, err)
-                 for (_, key, _), err in zip(items, errors, strict=True)]
-        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
-        failures = [(key, err) for (_, key, _), err in zip(items, errors, strict=True)
-                    if err is not None]
-        return len(items) - len(failures), failures
+        outcomes: builtins.list[ItemOutcome] = []
+        audit: builtins.list[dict[str, Any]] = []
+        failures: builtins.list[tuple[str, str]] = []
+        for (seq, key, _), err in zip(items, results, strict=True):
+            if isinstance(err, _Stopping):
+                continue
+            outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
+            audit.append(self._audit(row, key, now, err))
+            if err is not None:
+                failures.append((key, err))
+        if outcomes:
+            await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        if len(outcomes) < len(items):
+            raise _Stopping
+        return len(outcomes) - len(failures), failures
 
     def _clear_faults(self, target: str) -> int:
         faults = self.rt.faults
@@ -525,7 +677,7 @@ class BulkService:
         ex, reason = rt.executions, row.get("reason")
         kw: dict[str, Any] = {"actor": row["actor"], "role": row.get("role")}
 
-        async def one(key: str) -> str | None:
+        async def one(key: str) -> str | _Stopping | None:
             try:
                 if action == "pause":
                     await ex.pause(key, reason, **kw)
@@ -541,20 +693,30 @@ class BulkService:
                     await ex.abort(key, reason or f"aborted by bulk batch {row['id']}", **kw)
                 else:
                     self._clear_faults(key)
+            except RuntimeNotRunning:
+                return _Stopping()  # refused, not run: the item stays open (or running)
             except AlarmtopError as exc:
                 return str(exc)
             return None
 
-        errors = await asyncio.gather(*(one(key) for _, key in todo))
+        results = await asyncio.gather(*(one(key) for _, key in todo))
         audit = []
+        failures: builtins.list[tuple[str, str]] = []
+        stopped = False
         now = rt.clock.now_ms()
-        for (seq, key), err in zip(todo, errors, strict=True):
+        for (seq, key), err in zip(todo, results, strict=True):
+            if isinstance(err, _Stopping):
+                stopped = True
+                continue
             outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
             if action == "clear_faults":  # the others audit themselves (runtime.executions)
                 audit.append(self._audit(row, key, now, err))
-        await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
-        failures = [(key, err) for (_, key), err in zip(todo, errors, strict=True)
-                    if err is not None]
+            if err is not None:
+                failures.append((key, err))
+        if outcomes:
+            await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
+        if stopped:
+            raise _Stopping
         return sum(1 for o in outcomes if o.status == "done"), failures
 
 
@@ -565,6 +727,16 @@ def _name(action: Any) -> str:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _watch_period(rt: Runtime) -> float | None:
+    """How often a fleet's node looks for nodes that went (a third of a lease, as its
+    lease keeper renews); None on a backend that is no fleet's."""
+    from alarmtop.core.fleet import FleetBackend
+    backend = rt.backend
+    if not isinstance(backend, FleetBackend):
+        return None
+    return max(0.05, float(backend.lease_s) / 3)
 
 
 def _node_id(rt: Runtime) -> str:
