@@ -242,9 +242,13 @@ class SqliteOperatorStore:
             if cancel_left:
                 n = conn.execute("UPDATE bulk_items SET status = 'cancelled' WHERE batch_id = "
                                  "? AND status = 'pending'", (batch_id,)).rowcount
+            # A mark of an open status never reopens a batch that has just ended.
+            open_only = "" if ended is not None else \
+                f" AND status IN ({', '.join('?' * len(BATCH_OPEN))})"
             conn.execute("UPDATE bulk_batches SET status = ?, ended_ms = ?, updated_ms = ?, "
-                         "cancelled = cancelled + ? WHERE id = ?",
-                         (status, ended, now_ms, n, batch_id))
+                         f"cancelled = cancelled + ? WHERE id = ?{open_only}",
+                         (status, ended, now_ms, n, batch_id,
+                          *(() if ended is not None else sorted(BATCH_OPEN))))
         return write
 
     def submit(self, write: WriteFn) -> asyncio.Future[None]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
 from alarmtop.core.bulk.selection import Selection
+from alarmtop.core.errors import StorageError
 from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.storage.postgres.index import COLUMNS, PgAlarmIndex, PgWrite, from_row
 from alarmtop.core.storage.postgres.schema import SCHEMA
@@ -246,6 +247,7 @@ class PgOperatorStore:
 
         async def write(conn: PgConn) -> None:
             if rows:
+                await self._still_runs(conn, batch_id, node)
                 await conn.executemany(f"UPDATE {SCHEMA}.bulk_items SET status = $1, "
                                        "error = $2, detail = $3 WHERE batch_id = $4 AND "
                                        "seq = $5", rows)
@@ -265,16 +267,33 @@ class PgOperatorStore:
         with_audit = self.items_write(batch_id, (), now_ms, audit)
 
         async def write(conn: PgConn) -> None:
+            if ended is not None:  # the runner's end; a "cancelling" mark may come from any node
+                await self._still_runs(conn, batch_id, self._node())
             await with_audit(conn)
             n = 0
             if cancel_left:
                 res = await conn.execute(f"UPDATE {SCHEMA}.bulk_items SET status = 'cancelled' "
                                          "WHERE batch_id = $1 AND status = 'pending'", batch_id)
                 n = int(res.split()[-1])
+            # A mark of an open status never reopens a batch that has just ended.
             await conn.execute(f"UPDATE {SCHEMA}.bulk_batches SET status = $1, ended_ms = $2, "
-                               "updated_ms = $3, cancelled = cancelled + $4 WHERE id = $5",
-                               status, ended, now_ms, n, batch_id)
+                               "updated_ms = $3, cancelled = cancelled + $4 WHERE id = $5"
+                               + ("" if ended is not None else
+                                  " AND status = ANY($6::text[])"),
+                               status, ended, now_ms, n, batch_id,
+                               *(() if ended is not None else (sorted(BATCH_OPEN),)))
         return write
+
+    @staticmethod
+    async def _still_runs(conn: PgConn, batch_id: str, node: str | None) -> None:
+        """In the writer's transaction: go on only while this node runs the batch. The
+        row is locked, so a takeover waits for this transaction and then sees what it
+        wrote; a write after a takeover keeps nothing (its alarm rows included)."""
+        owner = await conn.fetchval(f"SELECT node FROM {SCHEMA}.bulk_batches WHERE id = $1 "
+                                    "FOR UPDATE", batch_id)
+        if owner is not None and node is not None and owner != node:
+            raise StorageError(f"bulk batch {batch_id} is run by node {owner} now, not by "
+                               f"this node ({node}): nothing of this write was kept")
 
     def submit(self, write: PgWrite) -> asyncio.Future[None]:
         return self._db.submit(extra=write)
