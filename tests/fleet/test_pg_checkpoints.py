@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import Runtime, VirtualClock
+from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable import DurableContext, durable_execution
 from alarmtop.core.durable.operations import OperationRecord, OpStatus, OpType
 from alarmtop.core.durable.service import EXECUTION_CLASS
@@ -92,3 +93,59 @@ async def test_a_plain_checkpoint_for_a_shard_lost_keeps_nothing(
         await store.checkpoint(eid, record, [nap(30_000)], marks={"k": "stale"})
     assert "w1" not in {op.id for op in await store.operations(eid)}
     assert await store.marks(eid) == {}
+
+
+def step(i: int) -> OperationRecord:
+    return OperationRecord(f"s{i}", OpType.STEP, "Step", f"s{i}", None, OpStatus.SUCCEEDED)
+
+
+async def test_a_node_busy_with_plain_checkpoints_still_sees_other_nodes_counts(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """Plain checkpoints move no counter, so their batches read none back; the counts
+    other nodes change are still read at least every second while the node is busy."""
+    a = await node("a")
+    b = await node("b")
+    for rt in (a, b):
+        rt.register_execution(waits)
+    await balance(a, b)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store = backend_of(a).execution_store
+    before = a.backend.alarm_index.counters().alarms.get("dead", 0)
+    await b.backend.alarm_index.write([
+        AlarmRecord("Counter", name_on(b, prefix=f"d{i}-"), 1, AlarmState.DEAD, 6, None, "x")
+        for i in range(3)])
+    i = 0
+
+    async def seen() -> bool:
+        nonlocal i
+        i += 1
+        await store.checkpoint(eid, None, [step(i)], [])  # never idle for a second
+        return a.backend.alarm_index.counters().alarms.get("dead", 0) == before + 3
+    await until(seen, what="b's dead letters counted on a")
+
+
+async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`counters()` counts every write whose future has completed: when the read after
+    a write fails, the next batch reads again, even one of plain checkpoints."""
+    from alarmtop.core.storage.postgres import index as pg_index
+    a = await node("a")
+    a.register_execution(waits)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store, idx = backend_of(a).execution_store, a.backend.alarm_index
+    real, fail = pg_index.R.parse_counters, [1]
+
+    def parse(rows: Any) -> Any:
+        if fail[0]:
+            fail[0] -= 1
+            raise RuntimeError("statement timeout (simulated)")
+        return real(rows)
+    monkeypatch.setattr(pg_index.R, "parse_counters", parse)
+    dead = idx.counters().alarms.get("dead", 0)
+    await idx.write([AlarmRecord("Counter", name_on(a, prefix="d"), 1, AlarmState.DEAD, 6,
+                                 None, "x")])
+    assert idx.counters().alarms.get("dead", 0) == dead  # that read failed
+    await store.checkpoint(eid, None, [step(1)], [])
+    assert idx.counters().alarms.get("dead", 0) == dead + 1

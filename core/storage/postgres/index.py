@@ -7,8 +7,9 @@ connections from the pool. Every batch is fenced: it commits only while this nod
 still holds the lease of each shard it writes (`fence`), in the same transaction.
 
 The counts an operator watches are kept by triggers in the transaction of each
-write (schema.py: the counters migration) and read back by the committer after each batch, and
-every second while it is idle (other nodes write too): `counters()` costs no I/O.
+write (schema.py: the counters migration) and read back by the committer after each batch
+that may have moved them, and at least every second (other nodes write too):
+`counters()` costs no I/O.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ class PgAlarmIndex:
         # inside their own statement (see `_apply`).
         self.fence_rows = fence_rows
         self._recount = True  # whether the last commit may have moved the counters
+        self._counters_read = 0.0  # loop time of the last successful read
+        self._counters_stale = False  # the last read failed
         self._owned = owned  # the shards this node runs (None: all)
         self._conn: PgConn | None = None
         self._queue: list[_Entry] = []
@@ -104,6 +107,7 @@ class PgAlarmIndex:
     async def open(self) -> None:
         self._conn = await self._connect()
         self._counts = R.parse_counters(await self._conn.fetch(R.COUNTERS_SQL))
+        self._counters_read = asyncio.get_running_loop().time()
         self._committer = asyncio.get_running_loop().create_task(self._commit_loop(),
                                                                  name="pg-committer")
 
@@ -160,9 +164,14 @@ class PgAlarmIndex:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 self._recount = False
                 outcome = await self._commit(batch)
-                if (outcome is None or None in outcome) and self._recount:
+                due = self._counters_stale or (asyncio.get_running_loop().time()
+                                               - self._counters_read >= COUNTERS_IDLE_S)
+                if (outcome is None or None in outcome) and (self._recount or due):
                     # Before the writers are told: `counters()` then counts every write
-                    # whose future has completed.
+                    # whose future has completed. A batch of plain checkpoints that
+                    # changed no status moved none (see `MergedCheckpoints`), but the
+                    # counts are read at least every COUNTERS_IDLE_S while busy too
+                    # (other nodes write), and after a read that failed.
                     await self._read_counters()
                 for i, (*_, fut) in enumerate(batch):
                     if fut.done():
@@ -215,10 +224,14 @@ class PgAlarmIndex:
         reads them again."""
         conn = self._conn
         if conn is None:
+            self._counters_stale = True
             return
         try:
             self._counts = R.parse_counters(await conn.fetch(R.COUNTERS_SQL))
+            self._counters_read = asyncio.get_running_loop().time()
+            self._counters_stale = False
         except Exception as exc:
+            self._counters_stale = True
             log.warning("cannot read the counters from PostgreSQL yet: %s", exc)
             if _connection_lost(exc) or isinstance(exc, (TimeoutError, OSError)):
                 await self._reconnect()
