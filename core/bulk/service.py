@@ -125,6 +125,23 @@ class _Stopping(Exception):
     start or another node, as when the stop cancels the runner."""
 
 
+# What cuts an item short without it having run: its owner not reached, or a write
+# refused (a lease lost, PostgreSQL away). The item stays open and the runner goes on
+# after a pause (`_run`), rather than failing it for good.
+_CutShort = StorageError | NodeUnreachable
+_CUT_SHORT = (StorageError, NodeUnreachable)
+
+
+def _raise_left_open(results: Sequence[object]) -> None:
+    """After a group's outcomes are written: stop the run if some items were left open,
+    on the stop (`_Stopping`) first, else on the first error that cut one short."""
+    if any(isinstance(r, _Stopping) for r in results):
+        raise _Stopping
+    for r in results:
+        if isinstance(r, _CUT_SHORT):
+            raise r
+
+
 class _Runner:
     """One batch being worked through on this node."""
 
@@ -148,6 +165,7 @@ class BulkService:
         self._resuming = asyncio.Lock()
         self._up_seen: set[str] = set()  # the fleet's nodes up when last looked at
         self._watcher: asyncio.Task[None] | None = None
+        self._starting: set[str] = set()  # batches whose `start` is still recording keys
 
     # -- asking -------------------------------------------------------------------------
 
@@ -228,10 +246,18 @@ class BulkService:
                "total": 0 if plan.keys is None else len(plan.keys), "done": 0, "failed": 0,
                "cancelled": 0, "created_ms": now, "updated_ms": now, "ended_ms": None,
                "node": None, "prep_after": None}
-        await self.store.create_batch(row, plan.keys)
-        if plan.selection is not None:
-            row["total"] = await self._prepare(batch_id, plan.selection, None)
-            row["status"] = "running"
+        # Until its runner exists the batch is this call's: resume_open leaves it alone.
+        self._starting.add(batch_id)
+        try:
+            await self.store.create_batch(row, plan.keys)
+            if plan.selection is not None:
+                row["total"] = await self._prepare(batch_id, plan.selection, None)
+                row["status"] = "running"
+        finally:
+            self._starting.discard(batch_id)
+        fresh = await self.store.get_batch(batch_id)
+        if fresh is None or fresh["status"] not in BATCH_OPEN:
+            return batch_id  # cancelled while its keys were recorded: nothing to run
         self.rt.events.emit("bulk.started", {
             "batch_id": batch_id, "action": plan.action, "kind": plan.kind,
             "total": row["total"], "throttle": plan.throttle, "actor": actor,
@@ -278,7 +304,8 @@ class BulkService:
                 # Items in flight end as they will, and one may wait on a busy object:
                 # the answer (an operator's, under the server's command deadline) says
                 # "cancelling" then, and the batch ends cancelled when they have.
-                await asyncio.wait({runner.task}, timeout=CANCEL_ANSWER_S)
+                await self.rt.tasks.idle_wait(asyncio.wait({runner.task},
+                                                           timeout=CANCEL_ANSWER_S))
         else:
             await self._cancel_elsewhere(row, _text(reason))
         return await self.get(batch_id)
@@ -324,7 +351,8 @@ class BulkService:
             # a node that is gone (a restart of this one included) is taken over.
             up = {str(n["node_id"]) for n in await self.rt.nodes() if n.get("up")}
             for row in await self.store.open_batches():
-                if row["id"] in self._runners or row.get("node") in up - {node}:
+                if row["id"] in self._runners or row["id"] in self._starting or \
+                        row.get("node") in up - {node}:
                     continue
                 if await self.store.claim_batch(row["id"], node, row.get("node")):
                     self._spawn(row)
@@ -371,9 +399,13 @@ class BulkService:
         batch_id = runner.batch["id"]
         delay = RETRY_FIRST_S
         try:
+            reload = False
             while True:
                 before = runner.batch["done"] + runner.batch["failed"]
                 try:
+                    # Reading the row again is retried too: storage may still be away.
+                    if reload and not await self._reload(runner):
+                        return
                     await self._work(runner)
                     return
                 except (StorageError, NodeUnreachable) as exc:
@@ -384,8 +416,7 @@ class BulkService:
                                 batch_id, exc, delay)
                 await self.rt.tasks.idle_wait(asyncio.sleep(delay))
                 delay = min(RETRY_MAX_S, delay * 2)
-                if not await self._reload(runner):
-                    return
+                reload = True
         except asyncio.CancelledError:
             raise  # the runtime stops: the batch stays open and resumes at the next start
         except _Stopping:
@@ -460,8 +491,9 @@ class BulkService:
         if _watch_period(self.rt) is None or runner.cancelled:
             return
         row = await self.store.get_batch(runner.batch["id"])
-        if row is None or row.get("node") != _node_id(self.rt):
-            runner.lost = True
+        if row is None or row.get("node") != _node_id(self.rt) or \
+                row["status"] not in BATCH_OPEN:
+            runner.lost = True  # another node's now, or ended there (a cancel took it)
         elif row["status"] == "cancelling":
             runner.cancelled = True
 
@@ -598,7 +630,7 @@ class BulkService:
         rt, action = self.rt, row["action"]
         at_ms = row["params"].get("at_ms")
 
-        async def one(key: str, akey: AlarmKey) -> str | _Stopping | None:
+        async def one(key: str, akey: AlarmKey) -> str | _Stopping | _CutShort | None:
             try:
                 if action == "clear_faults":
                     self._clear_faults(key)
@@ -610,6 +642,8 @@ class BulkService:
                                             else {}))
             except RuntimeNotRunning:
                 return _Stopping()  # refused, not run: the item stays open
+            except _CUT_SHORT as exc:
+                return exc  # nothing ran (the owner not reached, a write refused): open
             except AlarmtopError as exc:
                 return str(exc)
             return None
@@ -620,7 +654,7 @@ class BulkService:
         audit: builtins.list[dict[str, Any]] = []
         failures: builtins.list[tuple[str, str]] = []
         for (seq, key, _), err in zip(items, results, strict=True):
-            if isinstance(err, _Stopping):
+            if isinstance(err, (_Stopping, StorageError, NodeUnreachable)):
                 continue
             outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
             audit.append(self._audit(row, key, now, err))
@@ -628,8 +662,7 @@ class BulkService:
                 failures.append((key, err))
         if outcomes:
             await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
-        if len(outcomes) < len(items):
-            raise _Stopping
+        _raise_left_open(results)
         return len(outcomes) - len(failures), failures
 
     def _clear_faults(self, target: str) -> int:
@@ -677,7 +710,7 @@ class BulkService:
         ex, reason = rt.executions, row.get("reason")
         kw: dict[str, Any] = {"actor": row["actor"], "role": row.get("role")}
 
-        async def one(key: str) -> str | _Stopping | None:
+        async def one(key: str) -> str | _Stopping | _CutShort | None:
             try:
                 if action == "pause":
                     await ex.pause(key, reason, **kw)
@@ -695,6 +728,8 @@ class BulkService:
                     self._clear_faults(key)
             except RuntimeNotRunning:
                 return _Stopping()  # refused, not run: the item stays open (or running)
+            except _CUT_SHORT as exc:
+                return exc  # not reached or not written: open, judged again on the retry
             except AlarmtopError as exc:
                 return str(exc)
             return None
@@ -705,7 +740,7 @@ class BulkService:
         stopped = False
         now = rt.clock.now_ms()
         for (seq, key), err in zip(todo, results, strict=True):
-            if isinstance(err, _Stopping):
+            if isinstance(err, (_Stopping, StorageError, NodeUnreachable)):
                 stopped = True
                 continue
             outcomes.append(ItemOutcome(seq, "done" if err is None else "failed", err))
@@ -716,7 +751,7 @@ class BulkService:
         if outcomes:
             await self.store.submit(self.store.items_write(row["id"], outcomes, now, audit))
         if stopped:
-            raise _Stopping
+            _raise_left_open(results)
         return sum(1 for o in outcomes if o.status == "done"), failures
 
 

@@ -181,6 +181,11 @@ class SqliteOperatorStore:
         out: list[tuple[int, str | None]] = []
 
         def write(conn: sqlite3.Connection) -> None:
+            found = conn.execute("SELECT status FROM bulk_batches WHERE id = ?",
+                                 (batch_id,)).fetchone()
+            if found is None or found[0] not in BATCH_OPEN:  # cancelled meanwhile
+                out.append((0, None))
+                return
             keys = [r[0] for r in conn.execute(
                 f"SELECT {key} FROM {table} WHERE {where}{after_sql} ORDER BY {order} "
                 "LIMIT ?", [*params, *after_params, limit]).fetchall()]

@@ -269,3 +269,111 @@ async def test_firing_an_execution_wait_now(make_runtime: RuntimeFactory,
         await rt.executions.move_timer("f1", "nope", "wait", by_ms=5)
     (row,) = [r for r in await audit_rows(rt) if r["action"] == "move_timer" and not r["ok"]]
     assert row["target"] == "f1"
+
+
+async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_again(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut short by storage, the runner reads its batch again before going on; when that
+    read fails too (the outage lasts), it waits and tries again instead of stopping."""
+    from alarmtop.core.bulk import service
+    from alarmtop.core.errors import StorageError
+    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 50)
+    store = rt.bulk.store
+    real_open, real_get = store.open_items, store.get_batch
+    outage = [2]  # the first read of items fails, then the runner's read of its row
+
+    async def open_items(*args: Any) -> Any:
+        if outage[0] == 2:
+            outage[0] = 1
+            raise StorageError("the database is away (simulated)")
+        return await real_open(*args)
+
+    async def get_batch(batch_id: str) -> Any:
+        if outage[0] == 1 and batch_id in rt.bulk._runners:
+            outage[0] = 0
+            raise StorageError("the database is still away (simulated)")
+        return await real_get(batch_id)
+    monkeypatch.setattr(store, "open_items", open_items)
+    monkeypatch.setattr(store, "get_batch", get_batch)
+    bid = await rt.bulk.start("rearm", keys=[f"Job/j{i:05d}" for i in range(50)],
+                              kind="alarms", at_ms=FAR)
+    batch = await rt.bulk.wait(bid)
+    assert outage == [0] and (batch["status"], batch["done"]) == ("done", 50)
+
+
+async def test_a_look_for_open_batches_leaves_one_still_being_started(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While `start` records a selection's keys the batch is open with no runner yet: a
+    look for open batches (at a node's start, or when a fleet node goes) must not start
+    a second runner on it. Each item once, one batch row."""
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 300)
+    store = rt.bulk.store
+    real = store.prepare_step
+    calls: list[str | None] = []
+
+    async def step(batch_id: str, sel: Any, after: str | None, limit: int = 100) -> Any:
+        calls.append(after)
+        out = await real(batch_id, sel, after, min(limit, 100))
+        if len(calls) == 1:
+            await rt.bulk.resume_open()
+        return out
+    monkeypatch.setattr(store, "prepare_step", step)
+    bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"}, at_ms=FAR)
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["total"], batch["done"]) == ("done", 300, 300)
+    rows = await audit_rows(rt)
+    assert len([r for r in rows if r["action"] == "rearm"]) == 300
+    assert len([r for r in rows if r["action"] == "bulk_rearm"]) == 1
+
+
+async def test_a_batch_cancelled_while_its_keys_are_recorded_runs_nothing(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 300)
+    store = rt.bulk.store
+    real = store.prepare_step
+    calls: list[str | None] = []
+
+    async def step(batch_id: str, sel: Any, after: str | None, limit: int = 100) -> Any:
+        calls.append(after)
+        out = await real(batch_id, sel, after, min(limit, 100))
+        if len(calls) == 1:
+            await rt.bulk.cancel(batch_id, reason="wrong selection")
+        return out
+    monkeypatch.setattr(store, "prepare_step", step)
+    bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"}, at_ms=FAR)
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["left"]) == ("cancelled", 0, 0), batch
+    assert len(await rt.dead_letters()) == 300  # none re-armed
+    assert [r for r in await audit_rows(rt) if r["action"] == "rearm"] == []
+
+
+async def test_an_item_whose_owner_is_not_reached_stays_open_and_is_done_on_the_retry(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not reaching an item's owner (a fleet node going away) is not the item's failure:
+    nothing ran, so it stays open and the runner goes on after a pause."""
+    from alarmtop.core.bulk import service
+    from alarmtop.core.errors import NodeUnreachable
+    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    rt = await make_runtime(Job, env=[])
+    keys = [f"Job/p{i}" for i in range(5)]
+    for key in keys:
+        await rt.get(Job, key.split("/")[1]).arm(FAR)
+    real = rt._operate_routed
+    missed: list[str] = []
+
+    async def routed(cls: str, name: str, *args: Any, **kw: Any) -> Any:
+        if not missed:
+            missed.append(name)
+            raise NodeUnreachable(f"node n2 ({name}'s owner) cannot be reached (simulated)")
+        return await real(cls, name, *args, **kw)
+    monkeypatch.setattr(rt, "_operate_routed", routed)
+    bid = await rt.bulk.start("pause_alarm", keys=keys, kind="alarms", reason="maintenance")
+    batch = await rt.bulk.wait(bid)
+    assert (batch["status"], batch["done"], batch["failed"]) == ("done", 5, 0), batch
+    for key in keys:
+        status = await rt.alarm(Job, key.split("/")[1])
+        assert status is not None and status.paused

@@ -149,3 +149,10 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
     assert idx.counters().alarms.get("dead", 0) == dead  # that read failed
     await store.checkpoint(eid, None, [step(1)], [])
     assert idx.counters().alarms.get("dead", 0) == dead + 1
+
+
+def test_the_fence_names_the_execution_class_the_engine_uses() -> None:
+    """The PostgreSQL store names an execution's object without importing the engine;
+    a renamed class would fence every checkpoint by the wrong shard."""
+    from alarmtop.core.storage.postgres.executions import EXECUTION_OBJECTS
+    assert EXECUTION_OBJECTS == EXECUTION_CLASS

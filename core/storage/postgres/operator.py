@@ -205,6 +205,20 @@ class PgOperatorStore:
         out: list[tuple[int, str | None]] = []
 
         async def write(conn: PgConn) -> None:
+            # Only the batch's node records its keys, and only from where it left off:
+            # a node taken for gone, still running, must not add them a second time.
+            # A batch cancelled meanwhile takes no more keys.
+            status = await conn.fetchval(f"SELECT status FROM {SCHEMA}.bulk_batches WHERE "
+                                         "id = $1", batch_id)
+            if status not in BATCH_OPEN:
+                out.append((0, None))
+                return
+            await self._still_runs(conn, batch_id, self._node())
+            if await conn.fetchval(f"SELECT prep_after IS NOT DISTINCT FROM $2::text FROM "
+                                   f"{SCHEMA}.bulk_batches WHERE id = $1", batch_id,
+                                   after) is not True:
+                raise StorageError(f"bulk batch {batch_id}'s keys were recorded past this "
+                                   "point by another run: nothing of this write was kept")
             q = _Sql()
             table, key, order = selection_sql(sel, q)
             _after(sel, after, q)
@@ -289,8 +303,12 @@ class PgOperatorStore:
         """In the writer's transaction: go on only while this node runs the batch. The
         row is locked, so a takeover waits for this transaction and then sees what it
         wrote; a write after a takeover keeps nothing (its alarm rows included)."""
-        owner = await conn.fetchval(f"SELECT node FROM {SCHEMA}.bulk_batches WHERE id = $1 "
-                                    "FOR UPDATE", batch_id)
+        found = await conn.fetchrow(f"SELECT node, status FROM {SCHEMA}.bulk_batches WHERE "
+                                    "id = $1 FOR UPDATE", batch_id)
+        owner = None if found is None else found[0]
+        if found is not None and found[1] not in BATCH_OPEN:
+            raise StorageError(f"bulk batch {batch_id} has ended ({found[1]}): nothing of "
+                               "this write was kept")
         if owner is not None and node is not None and owner != node:
             raise StorageError(f"bulk batch {batch_id} is run by node {owner} now, not by "
                                f"this node ({node}): nothing of this write was kept")
@@ -328,5 +346,6 @@ class PgOperatorStore:
         """Take a batch over from node `was` (compare-and-set: one taker wins)."""
         rows = await self._db._fetch(
             f"UPDATE {SCHEMA}.bulk_batches SET node = $1 WHERE id = $2 AND node IS NOT "
-            "DISTINCT FROM $3 RETURNING id", node, batch_id, was)
+            "DISTINCT FROM $3 AND status = ANY($4::text[]) RETURNING id", node, batch_id, was,
+            sorted(BATCH_OPEN))
         return bool(rows)
