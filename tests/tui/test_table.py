@@ -242,3 +242,21 @@ async def test_a_click_chooses_the_row() -> None:
         assert not table.pinned
         await pilot.click(ConsoleTable, offset=(3, 3))  # the header, a, b, c: c
         assert table.pinned and table.selected == "c"
+
+
+async def test_columns_of_another_count_take_the_next_rows_and_keep_the_cursors_row() -> None:
+    """A resize to a narrow layout with fewer columns: the rows drawn for the wide one
+    do not fit it and are not put back; the next rows fill it and the cursor stays on
+    the row the operator chose (the timers board crashed on this)."""
+    async with TableApp().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        wide = [(k, (*cells, "x")) for k, cells in ROWS]
+        table.set_columns((("state", 10), ("due in", 10), ("more", 4)))
+        table.show(wide)
+        table.move_cursor(row=1)
+        table.pin()
+        table.set_columns((("state", 10), ("due in", 10)))
+        table.show(ROWS)
+        await pilot.pause()
+        assert table.row_count == 3 and len(table.columns) == 2
+        assert table.selected == "b"

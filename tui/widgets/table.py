@@ -55,6 +55,7 @@ class ConsoleTable(DataTable[Any]):
         self._shown: dict[str, tuple[Any, ...]] = {}
         self._columns_shown: tuple[ColumnSpec, ...] = ()
         self.pinned = False  # the operator chose the row under the cursor
+        self._refill_keep: str | None = None  # see set_columns
 
     def pin(self) -> None:
         """The row under the cursor is the operator's choice: follow it."""
@@ -108,12 +109,17 @@ class ConsoleTable(DataTable[Any]):
             return
         keep = self.selected
         rows = list(self._shown.items())
+        same_shape = len(spec) == len(self._columns_shown)
         self.clear(columns=True)
         for label, width in spec:
             self.add_column(label, width=width)
         self._columns_shown, self._shown = spec, {}
-        if rows:
+        if rows and same_shape:
             self._replace(rows, keep)
+        elif rows:
+            # Rows drawn for other columns (a narrow layout has fewer) do not fit these:
+            # the caller's next `show` refills, the cursor back on its row.
+            self._refill_keep = keep
 
     def show(self, rows: Iterable[Row], *, follow: bool = True, announce: bool = True) -> None:
         """Show `rows` in order, touching only the cells that changed. `follow`: the
@@ -121,7 +127,8 @@ class ConsoleTable(DataTable[Any]):
         `announce`: post `SelectionLeft` when that row is gone."""
         fresh = [(key, tuple(cells)) for key, cells in rows]
         if self.row_count != len(self._shown) or [k for k, _ in fresh] != list(self._shown):
-            keep = self.selected if follow and self.pinned else None
+            keep = (self._refill_keep or self.selected) if follow and self.pinned else None
+            self._refill_keep = None
             left = self._replace(fresh, keep)
             if left is not None:
                 self.pinned = False
