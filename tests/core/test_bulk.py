@@ -4,6 +4,7 @@ backend and a VirtualClock."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -303,6 +304,23 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
     assert outage == [0] and (batch["status"], batch["done"]) == ("done", 50)
 
 
+def after_first_chunk(rt: Runtime, monkeypatch: pytest.MonkeyPatch,
+                      then: Callable[[str], Awaitable[Any]]) -> None:
+    """A selection's keys recorded 100 at a time, and `then(batch_id)` run right after
+    the first chunk, while `start` is still recording the rest."""
+    store = rt.bulk.store
+    real = store.prepare_step
+    chunks: list[str | None] = []
+
+    async def step(batch_id: str, sel: Any, after: str | None, limit: int = 100) -> Any:
+        chunks.append(after)
+        out = await real(batch_id, sel, after, min(limit, 100))
+        if len(chunks) == 1:
+            await then(batch_id)
+        return out
+    monkeypatch.setattr(store, "prepare_step", step)
+
+
 async def test_a_look_for_open_batches_leaves_one_still_being_started(
         make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """While `start` records a selection's keys the batch is open with no runner yet: a
@@ -310,17 +328,7 @@ async def test_a_look_for_open_batches_leaves_one_still_being_started(
     a second runner on it. Each item once, one batch row."""
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 300)
-    store = rt.bulk.store
-    real = store.prepare_step
-    calls: list[str | None] = []
-
-    async def step(batch_id: str, sel: Any, after: str | None, limit: int = 100) -> Any:
-        calls.append(after)
-        out = await real(batch_id, sel, after, min(limit, 100))
-        if len(calls) == 1:
-            await rt.bulk.resume_open()
-        return out
-    monkeypatch.setattr(store, "prepare_step", step)
+    after_first_chunk(rt, monkeypatch, lambda _: rt.bulk.resume_open())
     bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"}, at_ms=FAR)
     batch = await rt.bulk.wait(bid)
     assert (batch["status"], batch["total"], batch["done"]) == ("done", 300, 300)
@@ -333,17 +341,8 @@ async def test_a_batch_cancelled_while_its_keys_are_recorded_runs_nothing(
         make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 300)
-    store = rt.bulk.store
-    real = store.prepare_step
-    calls: list[str | None] = []
-
-    async def step(batch_id: str, sel: Any, after: str | None, limit: int = 100) -> Any:
-        calls.append(after)
-        out = await real(batch_id, sel, after, min(limit, 100))
-        if len(calls) == 1:
-            await rt.bulk.cancel(batch_id, reason="wrong selection")
-        return out
-    monkeypatch.setattr(store, "prepare_step", step)
+    after_first_chunk(rt, monkeypatch,
+                      lambda batch_id: rt.bulk.cancel(batch_id, reason="wrong selection"))
     bid = await rt.bulk.start("rearm", {"kind": "alarms", "state": "dead"}, at_ms=FAR)
     batch = await rt.bulk.wait(bid)
     assert (batch["status"], batch["done"], batch["left"]) == ("cancelled", 0, 0), batch

@@ -89,6 +89,21 @@ async def write_alarms(rt: Runtime, names: list[str], state: AlarmState,
         recs = [AlarmRecord("Counter", n, at_ms, state, 0, at_ms) for n in names]
     await rt.backend.alarm_index.write(recs)
 
+async def dead_on_both(a: Runtime, b: Runtime, n: int) -> tuple[list[str], list[str]]:
+    """`n` dead letters over both nodes' shards, each written by its shard's holder."""
+    on_a, on_b = split(a, b, n)
+    await write_alarms(a, on_a, AlarmState.DEAD)
+    await write_alarms(b, on_b, AlarmState.DEAD)
+    return on_a, on_b
+
+
+async def under_way(rt: Runtime, bid: str, done: int = 10) -> None:
+    """Until `done` items of the batch are done, as `rt` sees it."""
+    async def some_done() -> bool:
+        return int((await rt.bulk.get(bid))["done"]) >= done
+    await until(some_done, what="the batch under way")
+
+
 
 async def audit_rows(rt: Runtime, action: str) -> list[dict[str, Any]]:
     return [r for r in await rt.audit.list(limit=100_000) if r["action"] == action]
@@ -106,9 +121,7 @@ async def test_a_rearm_started_on_one_node_rearms_the_other_nodes_dead_letters_t
     a = await node("a")
     b = await node("b")
     await balance(a, b)
-    on_a, on_b = split(a, b, 200)
-    await write_alarms(a, on_a, AlarmState.DEAD)
-    await write_alarms(b, on_b, AlarmState.DEAD)
+    on_a, on_b = await dead_on_both(a, b, 200)
     heard = {rt: rt.events.subscribe("alarm.rearmed") for rt in (a, b)}
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=50, at_ms=FAR, reason="fixed it")
     batch = await a.bulk.wait(bid)
@@ -187,14 +200,10 @@ async def test_a_batch_left_by_a_node_that_stops_is_finished_by_one_still_runnin
     a = await node("a", lease_s=LEASE_S)
     b = await node("b", lease_s=LEASE_S)
     await balance(a, b)
-    on_a, on_b = split(a, b, 200)
-    await write_alarms(a, on_a, AlarmState.DEAD)
-    await write_alarms(b, on_b, AlarmState.DEAD)
+    on_a, on_b = await dead_on_both(a, b, 200)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
 
-    async def some_done() -> bool:
-        return int((await a.bulk.get(bid))["done"]) >= 20
-    await until(some_done, what="a's batch under way")
+    await under_way(a, bid, 20)
     await a.stop()
     left = await b.bulk.get(bid)
     assert left["status"] == "running" and 0 < left["done"] < 200, left
@@ -223,14 +232,10 @@ async def test_a_cancel_on_another_node_stops_the_batch_where_it_runs(
     a = await node("a")
     b = await node("b")
     await balance(a, b)
-    on_a, on_b = split(a, b, 300)
-    await write_alarms(a, on_a, AlarmState.DEAD)
-    await write_alarms(b, on_b, AlarmState.DEAD)
+    await dead_on_both(a, b, 300)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
 
-    async def some_done() -> bool:
-        return int((await a.bulk.get(bid))["done"]) >= 10
-    await until(some_done, what="a's batch under way")
+    await under_way(a, bid)
     answer = await b.bulk.cancel(bid, reason="wrong selection")
     assert answer["status"] in ("cancelling", "cancelled"), answer
     await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
@@ -256,14 +261,10 @@ async def test_a_node_taken_for_gone_gives_up_the_batch_taken_from_it(
     a = await node("a")
     b = await node("b")
     await balance(a, b)
-    on_a, on_b = split(a, b, 300)
-    await write_alarms(a, on_a, AlarmState.DEAD)
-    await write_alarms(b, on_b, AlarmState.DEAD)
+    on_a, on_b = await dead_on_both(a, b, 300)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
 
-    async def some_done() -> bool:
-        return int((await a.bulk.get(bid))["done"]) >= 10
-    await until(some_done, what="a's batch under way")
+    await under_way(a, bid)
     async with backend_of(b)._require_pool().acquire() as conn:
         await conn.execute("UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'")
     await b.bulk.resume_open()  # what b's watcher does when it sees a gone
@@ -300,9 +301,7 @@ async def test_items_a_stopping_node_cannot_run_are_left_for_the_next_owner(
     keys = [f"Counter/{n}" for n in on_b]  # every item goes through b, one by one
     bid = await a.bulk.start("rearm", keys=keys, max_in_flight=1, at_ms=FAR)
 
-    async def some_done() -> bool:
-        return int((await a.bulk.get(bid))["done"]) >= 10
-    await until(some_done, what="a's batch under way")
+    await under_way(a, bid)
     stopping = asyncio.create_task(a.stop())
     try:
         await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
@@ -367,9 +366,7 @@ async def test_a_takeover_cut_short_is_tried_again(node: NodeFactory,
     a = await node("a", lease_s=LEASE_S)
     b = await node("b", lease_s=LEASE_S)
     await balance(a, b)
-    on_a, on_b = split(a, b, 200)
-    await write_alarms(a, on_a, AlarmState.DEAD)
-    await write_alarms(b, on_b, AlarmState.DEAD)
+    await dead_on_both(a, b, 200)
     store, looks = b.operator_store, []
     open_batches = store.open_batches
 
@@ -381,9 +378,7 @@ async def test_a_takeover_cut_short_is_tried_again(node: NodeFactory,
     monkeypatch.setattr(store, "open_batches", first_fails)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=1, at_ms=FAR)
 
-    async def some_done() -> bool:
-        return int((await a.bulk.get(bid))["done"]) >= 10
-    await until(some_done, what="a's batch under way")
+    await under_way(a, bid)
     await a.stop()
 
     async def finished() -> bool:

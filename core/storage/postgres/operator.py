@@ -19,6 +19,7 @@ from alarmtop.core.bulk.selection import Selection
 from alarmtop.core.errors import StorageError
 from alarmtop.core.storage.operator_store import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.storage.postgres.index import COLUMNS, PgAlarmIndex, PgWrite, from_row
+from alarmtop.core.storage.postgres.reads import Params
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -32,18 +33,19 @@ _BATCH_SELECT = ", ".join(_BATCH_COLUMNS)
 _BOARD_STATES = "state IN ('pending', 'retrying')"
 
 
-class _Sql:
-    """WHERE terms with PostgreSQL's numbered parameters."""
+class _Sql(Params):
+    """WHERE terms with PostgreSQL's numbered parameters (`reads.Params`)."""
 
-    def __init__(self, first: int = 1) -> None:
+    def __init__(self) -> None:
+        super().__init__()
         self.terms: list[str] = []
-        self.params: list[Any] = []
-        self._n = first - 1
+
+    @property
+    def params(self) -> list[Any]:
+        return self.values
 
     def p(self, value: Any) -> str:
-        self.params.append(value)
-        self._n += 1
-        return f"${self._n}"
+        return self(value)
 
     def term(self, sql: str) -> None:
         self.terms.append(sql)
