@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.durable.operations import OperationRecord, OpStatus, OpType
+from alarmtop.core.durable.operations import ExecutionStatus, OperationRecord, OpStatus, OpType
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import LeaseLost
 from alarmtop.core.storage.postgres.executions import MergedCheckpoints
@@ -55,9 +56,9 @@ async def test_two_checkpoints_of_one_batch_keep_the_last_of_each_row(
     statements: list[tuple[int, str]] = []
     real = MergedCheckpoints.alone
 
-    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, fence: Any) -> bool:
+    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, *rest: Any) -> bool:
         try:
-            out = await real(self, conn, writes, fence)
+            out = await real(self, conn, writes, *rest)
         except Exception as exc:
             statements.append((len(writes), type(exc).__name__))
             raise
@@ -156,3 +157,136 @@ def test_the_fence_names_the_execution_class_the_engine_uses() -> None:
     a renamed class would fence every checkpoint by the wrong shard."""
     from alarmtop.core.storage.postgres.executions import EXECUTION_OBJECTS
     assert EXECUTION_OBJECTS == EXECUTION_CLASS
+
+
+# -- a whole batch as one statement: an execution's start and end, alarm rows alone ----
+
+
+@durable_execution(name="quick")
+async def quick(x: int, ctx: DurableContext) -> int:
+    return int(await ctx.step(lambda v: v + 1, x, name="inc"))
+
+
+async def test_an_execution_start_and_end_go_as_one_statement_each(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its start (record, history and alarm), its steps and its end (alarm deleted,
+    timers gone) each go as one statement, and what they leave is what a transaction
+    of one statement per table left."""
+    a = await node("a")
+    a.register_execution(quick)
+    batches: list[tuple[int, int, int]] = []  # (checkpoints, alarm rows, alarm deletes)
+    real = MergedCheckpoints.alone
+
+    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, fence: Any,
+                      rows: Any = (), dels: Any = ()) -> bool:
+        batches.append((len(writes), len(rows), len(dels)))
+        return await real(self, conn, writes, fence, rows, dels)
+    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="q")
+    executions = a.backend.alarm_index.counters().executions.get("succeeded", 0)
+    await a.executions.start("quick", 41, execution_id=eid)
+    await clock.advance(1)
+
+    async def done() -> bool:
+        return bool((await a.executions.describe(eid))["status"] == "succeeded")
+    await until(done, what="the execution ends")
+    assert (1, 1, 0) in batches  # the start: its record and history with its alarm
+    assert batches[-1] == (1, 0, 1)  # the end: its alarm deleted in the same statement
+    assert (await a.executions.describe(eid))["result"] == 42
+    assert await a.backend.alarm_index.get((EXECUTION_CLASS, eid)) is None
+    assert [t for t in await backend_of(a).execution_store.timers(execution_id=eid)] == []
+    history = await backend_of(a).execution_store.history(eid)
+    assert history[0]["EventType"] == "ExecutionStarted"
+    assert history[-1]["EventType"] == "ExecutionSucceeded"
+    # The counters moved with it (read back after a batch that changed a status).
+    assert a.backend.alarm_index.counters().executions.get("succeeded", 0) == executions + 1
+
+
+async def test_an_ended_executions_timers_are_gone_even_if_set_in_the_same_batch(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """A timer checkpointed and the execution's end in one batch: the end wins (the
+    statement sees the rows as they were before it, so the new timer is not written)."""
+    a = await node("a")
+    a.register_execution(waits)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store = backend_of(a).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    await store.checkpoint(eid, None, [nap(40_000)], [])
+    assert await store.timers(execution_id=eid) != []
+    ended = dataclasses.replace(record, status=ExecutionStatus.FAILED)
+    assert ended.finished
+    first = store.checkpoint(eid, None, [nap(50_000)], [])
+    second = store.checkpoint(eid, ended, [], [])
+    await asyncio.gather(first, second)
+    assert await store.timers(execution_id=eid) == []
+    assert (await store.get(eid)).status is ExecutionStatus.FAILED  # type: ignore[union-attr]
+
+
+async def test_a_checkpoint_after_an_end_in_one_batch_goes_in_a_transaction(
+        node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an execution's end in the same batch, a checkpoint of it would need the
+    end's deletes to have happened: the batch goes the transaction's way, in order."""
+    a = await node("a")
+    a.register_execution(waits)
+    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(a, eid, clock)
+    store = backend_of(a).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    ended = dataclasses.replace(record, status=ExecutionStatus.FAILED)
+    alone: list[int] = []
+    real = MergedCheckpoints.alone
+
+    async def counted(self: MergedCheckpoints, *args: Any) -> bool:
+        alone.append(1)
+        return await real(self, *args)
+    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    first = store.checkpoint(eid, ended, [], [])
+    second = store.checkpoint(eid, None, [nap(60_000)], [])
+    await asyncio.gather(first, second)
+    assert alone == []
+    timers = [t for t in await store.timers(execution_id=eid) if t["op_id"] == "w1"]
+    assert [t["due_ms"] for t in timers] == [60_000]  # written after the end, as in order
+
+
+async def test_alarm_rows_alone_for_a_shard_lost_keep_nothing(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """Alarm rows without a checkpoint also go as one statement, fenced."""
+    first = await node("b")
+    name = name_on(first, prefix="lost")
+    idx = first.backend.alarm_index
+    await idx.write([AlarmRecord("Counter", name, 5, AlarmState.PENDING, 0, None, None)])
+    assert await idx.get(("Counter", name)) is not None
+    await node("b")  # a restart under the same id takes the shards with new epochs
+    with pytest.raises(LeaseLost, match="no longer holds shard"):
+        await idx.write([AlarmRecord("Counter", name, 9, AlarmState.PENDING, 0, None, None)])
+    with pytest.raises(LeaseLost, match="no longer holds shard"):
+        await idx.write([], [("Counter", name)])
+    kept = await idx.get(("Counter", name))
+    assert kept is not None and kept.scheduled_ms == 5
+
+
+async def test_an_objects_session_settings_do_not_reach_the_next_borrower(
+        node: NodeFactory) -> None:
+    """The pool no longer resets every connection it gets back (a round trip after
+    each read): a connection an object's SQL ran on is reset by the object's store."""
+    from alarmtop.core import DurableObject
+
+    class Leaky(DurableObject):
+        async def leak(self) -> None:
+            await self.ctx.storage.sql.exec(
+                "SELECT set_config('application_name', 'leaked', false)")
+
+    a = await node("a", Leaky)
+    for i in range(4):
+        await a.get(Leaky, name_on(a, cls="Leaky", prefix=f"l{i}")).leak()
+    pool = backend_of(a)._require_pool()
+    held = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        names = {await c.fetchval("SHOW application_name") for c in held}
+    finally:
+        for c in held:
+            await pool.release(c)
+    assert "leaked" not in names

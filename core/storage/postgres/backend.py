@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres import leases as L
-from alarmtop.core.storage.postgres.executions import PgExecutionStore
+from alarmtop.core.storage.postgres.executions import MERGED, PgExecutionStore
 from alarmtop.core.storage.postgres.fault_store import PgFaultStore
 from alarmtop.core.storage.postgres.index import PgAlarmIndex
 from alarmtop.core.storage.postgres.objects import PgObjectStore
@@ -80,6 +80,15 @@ def _asyncpg() -> Any:
     return asyncpg
 
 
+async def _keep_session(conn: Any) -> None:
+    """The pool's reset of a connection given back: none. asyncpg's default (unlock
+    advisory locks, close cursors, unlisten, reset settings) is a round trip after every
+    pooled read, and the runtime's own statements leave no session state (its locks and
+    settings are the transaction's). An object's own SQL may leave some: its store
+    resets the connection itself (objects.py). asyncpg still rolls back a transaction
+    left open before calling this."""
+
+
 class PostgresBackend:
     """Storage on PostgreSQL (asyncpg).
 
@@ -127,7 +136,8 @@ class PostgresBackend:
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
         self._index = PgAlarmIndex(self._require_pool, self._connect, self.shard_of,
-                                   self.fence, self.owned_shards, self.fence_rows)
+                                   self.fence, self.owned_shards, self.fence_rows,
+                                   MERGED)
         self._executions = PgExecutionStore(self._index, self.node_id)
 
     # -- the protocol ---------------------------------------------------------------------
@@ -158,7 +168,8 @@ class PostgresBackend:
     async def open(self) -> None:
         asyncpg = _asyncpg()
         try:
-            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size)
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                                                   reset=_keep_session)
         except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
             raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
                                "check the DSN, that the "

@@ -24,7 +24,7 @@ from alarmtop.core.errors import ChainBroken, LeaseLost
 from alarmtop.core.storage.interface import LogChain
 from alarmtop.core.storage.keys import Cursor
 from alarmtop.core.storage.postgres import reads as R
-from alarmtop.core.storage.postgres.index import PgAlarmIndex, PgWrite
+from alarmtop.core.storage.postgres.index import COLUMNS, PgAlarmIndex, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -59,11 +59,13 @@ class CheckpointRows:
     connection. A run of plain checkpoints in one batch (no redrive's drops, no end
     of an execution) is written as one statement per table (`merged`): each
     statement is a round trip, and a group commit of 50 executions' steps would
-    otherwise spend most of its time waiting on them."""
+    otherwise spend most of its time waiting on them. A batch made only of
+    checkpoints without drops (`single`) goes as one statement, fence and alarm rows
+    included (`MergedCheckpoints.alone`)."""
 
     __slots__ = ("dropped", "dropped_marks", "ev_rows", "execution_id", "fence_key",
-                 "finished", "mark_rows", "merged", "op_rows", "rec_row", "timer_keys",
-                 "timer_rows")
+                 "finished", "mark_rows", "merged", "op_rows", "rec_row", "single",
+                 "timer_keys", "timer_rows")
 
     def __init__(self, execution_id: str, rec_row: tuple[Any, ...] | None,
                  op_rows: list[tuple[Any, ...]], ev_rows: list[tuple[Any, ...]],
@@ -79,6 +81,9 @@ class CheckpointRows:
         self.timer_keys, self.timer_rows = timer_keys, timer_rows
         plain = not (dropped or dropped_marks or finished)
         self.merged: MergedCheckpoints | None = MERGED if plain else None
+        # An execution's end too can go alone as one statement; a redrive's drops not.
+        self.single: MergedCheckpoints | None = (
+            None if dropped or dropped_marks else MERGED)
 
     async def __call__(self, conn: PgConn) -> None:
         if self.dropped:
@@ -152,16 +157,19 @@ async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
             await conn.executemany(_UPSERT_TIMER, rows)
 
 
-# Plain checkpoints and their fence as ONE statement, outside an explicit transaction
-# (a statement is its own): one round trip where BEGIN, the fence, a statement per
-# table and COMMIT took seven or eight, which bounded a sequential execution's steps.
-# The fence's lease rows are locked for share and every insert is conditional on it,
-# so a node that lost a shard writes nothing. The sub-statements of one statement
-# all see the rows as they were before it: an upsert may touch a key once, so the
-# rows are made unique first (the last wins, as in order), and the timers' delete
-# spares the rows the insert writes. `old` (read before the statement) tells whether
-# an execution was created or changed status, i.e. whether the counters moved.
-_ONE_STATEMENT = f"""
+# A batch of checkpoints (plain ones, and an execution's end) with its alarm rows and
+# its fence as ONE statement, outside an explicit transaction (a statement is its
+# own): one round trip where BEGIN, the fence, a statement per table and COMMIT took
+# five to eight. That bounded a sequential execution: its start, each step and its
+# end are each such a batch. The fence's lease rows are locked for share and every
+# write is conditional on it, so a node that lost a shard writes nothing. The
+# sub-statements of one statement all see the rows as they were before it: an upsert
+# may touch a key once, so the rows are made unique first (the last wins, as in
+# order), the timers' delete spares the rows the insert writes, and an execution that
+# ends in the batch has its timers deleted and none written. `old` (read before the
+# statement) tells whether an execution was created or changed status, i.e. whether
+# the counters moved.
+_FENCED = f"""
 WITH held AS (
     SELECT s.shard FROM {SCHEMA}.shards s
     JOIN unnest($1::int[], $2::bigint[]) AS h(shard, epoch)
@@ -201,11 +209,31 @@ WITH held AS (
     WHERE (SELECT ok FROM ok)
     ON CONFLICT (execution_id, op_id, kind) DO UPDATE SET due_ms = EXCLUDED.due_ms,
         name = EXCLUDED.name
-)
+), tf AS (
+    DELETE FROM {SCHEMA}.execution_timers WHERE (SELECT ok FROM ok)
+      AND execution_id = ANY($27::text[])
+)"""
+_ANSWER = """
 SELECT (SELECT ok FROM ok), EXISTS (
     SELECT 1 FROM unnest($4::text[], $7::text[]) AS n(id, status)
     LEFT JOIN old ON old.id = n.id WHERE old.status IS DISTINCT FROM n.status)
 """
+_ONE_STATEMENT = _FENCED + _ANSWER
+# The same with the batch's alarm rows (an execution's start arms its alarm, its end
+# deletes it): deleted keys, then the upserted rows, one per key (the index's `final`).
+_ALARM_COLUMNS = [*COLUMNS.split(", "), "due_ms", "shard"]
+_ALARM_TYPES = ["text", "text", "bigint", "text", "int", "bigint", "text", "text", "bigint",
+                "bigint", "bigint", "bigint", "boolean", "int", "bigint", "bigint", "int"]
+_WITH_ALARMS = _FENCED + f""", ad AS (
+    DELETE FROM {SCHEMA}.alarms a USING unnest($28::text[], $29::text[]) AS k(c, n)
+    WHERE (SELECT ok FROM ok) AND a.object_class = k.c AND a.object_name = k.n
+), au AS (
+    INSERT INTO {SCHEMA}.alarms ({", ".join(_ALARM_COLUMNS)})
+    SELECT * FROM unnest({", ".join(f"${30 + i}::{t}[]" for i, t in enumerate(_ALARM_TYPES))})
+    WHERE (SELECT ok FROM ok)
+    ON CONFLICT (object_class, object_name) DO UPDATE SET
+        {", ".join(f"{c} = EXCLUDED.{c}" for c in _ALARM_COLUMNS[2:])}
+)""" + _ANSWER
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
@@ -221,32 +249,59 @@ FenceRows = tuple[list[int], list[int], str]  # shards, the epochs held, this no
 
 
 class MergedCheckpoints:
-    """The writer of a run of plain checkpoints: in an open transaction (`__call__`,
-    beside other writes), or alone as one statement with its fence (`alone`)."""
+    """The writer of a run of checkpoints: plain ones in an open transaction
+    (`__call__`, beside other writes), or a batch with its alarm rows alone as one
+    statement with its fence (`alone`, when `fits`)."""
 
     async def __call__(self, conn: PgConn, writes: Sequence[Any]) -> None:
         await write_merged(conn, writes)
 
-    async def alone(self, conn: PgConn, writes: Sequence[Any], fence: FenceRows) -> bool:
-        """Write them in one statement, fenced; True when the counters may have moved.
+    @staticmethod
+    def fits(writes: Sequence[Any]) -> bool:
+        """Whether `alone` can write them: nothing checkpointed for an execution after
+        its end in the same batch (the statement deletes an ended one's timers from
+        the rows as they were before it)."""
+        ended: set[str] = set()
+        for w in writes:
+            part = w.fn if isinstance(w, PgChainedWrite) else w
+            if not isinstance(part, CheckpointRows):
+                return False
+            if part.execution_id in ended:
+                return False
+            if part.finished:
+                ended.add(part.execution_id)
+        return True
+
+    async def alone(self, conn: PgConn, writes: Sequence[Any], fence: FenceRows,
+                    alarm_rows: Sequence[tuple[Any, ...]] = (),
+                    alarm_deletes: Sequence[tuple[str, str]] = ()) -> bool:
+        """Write them (and the alarm rows: `to_row`'s, one per key, none of them also
+        deleted) in one statement, fenced; True when the counters may have moved.
         Raises LeaseLost (nothing written) when a shard is no longer this node's."""
         parts = _parts(writes)
+        ended = {p.execution_id for p in parts if p.finished}
         recs = _last_by([p.rec_row for p in parts if p.rec_row is not None], 1)
         ops = _last_by([r for p in parts for r in p.op_rows], 2)
         events = [r for p in parts for r in p.ev_rows]
         marks = _last_by([r for p in parts for r in p.mark_rows], 2)
-        timers = _timers(parts)
+        timers = _timers([p for p in parts if p.execution_id not in ended])
         timer_rows = _last_by([r for group in timers.values() for r in group], 3)
         shards, epochs, node = fence
-        row = await conn.fetchrow(
-            _ONE_STATEMENT, shards, epochs, node, *_columns(recs, 7), *_columns(ops, 3),
-            *_columns(events, 3), *_columns(marks, 3),
-            [k[0] for k in timers], [k[1] for k in timers], *_columns(timer_rows, 5))
+        args = [shards, epochs, node, *_columns(recs, 7), *_columns(ops, 3),
+                *_columns(events, 3), *_columns(marks, 3),
+                [k[0] for k in timers], [k[1] for k in timers], *_columns(timer_rows, 5),
+                sorted(ended)]
+        if alarm_rows or alarm_deletes:
+            row = await conn.fetchrow(
+                _WITH_ALARMS, *args, [k[0] for k in alarm_deletes],
+                [k[1] for k in alarm_deletes], *_columns(alarm_rows, len(_ALARM_COLUMNS)))
+        else:
+            row = await conn.fetchrow(_ONE_STATEMENT, *args)
         assert row is not None
         if not row[0]:
             raise LeaseLost(f"this node ({node}) no longer holds shard(s) {shards}: nothing "
                             "of the write was kept; the objects' new owner carries on")
-        return bool(row[1])
+        return bool(row[1]) or bool(alarm_rows) or bool(alarm_deletes)
 
 
 MERGED = MergedCheckpoints()
@@ -255,11 +310,12 @@ MERGED = MergedCheckpoints()
 class PgChainedWrite:
     """A write of the runtime database that belongs to a `LogChain` (see SQLite's)."""
 
-    __slots__ = ("chain", "fence_key", "fn", "merged")
+    __slots__ = ("chain", "fence_key", "fn", "merged", "single")
 
     def __init__(self, fn: PgWrite, chain: LogChain) -> None:
         self.fn, self.chain = fn, chain
         self.merged = getattr(fn, "merged", None)
+        self.single = getattr(fn, "single", None)
         self.fence_key = getattr(fn, "fence_key", None)
 
     def check(self) -> None:

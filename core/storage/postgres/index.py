@@ -18,7 +18,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import LeaseLost, StorageError
@@ -72,6 +72,21 @@ def from_row(row: Any) -> AlarmRecord:
 
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
 FenceRowsOf = Callable[[set[int]], tuple[list[int], list[int], str]]
+# Writes a batch's checkpoints, alarm rows and deleted alarm keys as one fenced
+# statement; True when the counters may have moved.
+SingleWrite = Callable[["PgConn", Sequence[PgWrite], tuple[list[int], list[int], str],
+                        Sequence[tuple[Any, ...]], Sequence[AlarmKey]], Awaitable[bool]]
+
+
+class SingleWriter(Protocol):
+    """What can write a whole batch as one statement (executions.MergedCheckpoints)."""
+
+    def fits(self, writes: Sequence[PgWrite]) -> bool: ...
+
+    async def alone(self, conn: PgConn, writes: Sequence[PgWrite],
+                    fence: tuple[list[int], list[int], str],
+                    alarm_rows: Sequence[tuple[Any, ...]] = (),
+                    alarm_deletes: Sequence[AlarmKey] = ()) -> bool: ...
 
 
 class PgAlarmIndex:
@@ -81,7 +96,8 @@ class PgAlarmIndex:
             [], Awaitable[PgConn]], shard_of: Callable[[AlarmKey], int],
                  fence: Fence | None = None,
                  owned: Callable[[], Sequence[int]] | None = None,
-                 fence_rows: FenceRowsOf | None = None) -> None:
+                 fence_rows: FenceRowsOf | None = None,
+                 single: SingleWriter | None = None) -> None:
         self._pool_of = pool_of
         self._connect = connect
         self.shard_of = shard_of
@@ -89,6 +105,7 @@ class PgAlarmIndex:
         # The fence as data (shards, epochs held, node id), for writes that check it
         # inside their own statement (see `_apply`).
         self.fence_rows = fence_rows
+        self.single = single  # a batch's writes that carry it go as one statement
         self._recount = True  # whether the last commit may have moved the counters
         self._counters_read = 0.0  # loop time of the last successful read
         self._counters_stale = False  # the last read failed
@@ -265,14 +282,18 @@ class PgAlarmIndex:
             fence_key = getattr(extra, "fence_key", None)
             if fence_key is not None:  # an execution's log: fenced by its object's shard
                 shards.add(self.shard_of(fence_key))
-        alone = _alone(extras) if not final and self.fence_rows is not None else None
+        # (An empty write stays a transaction: it reads the counters back.)
+        alone = self._single(extras) if final or extras else None
         if alone is not None and self.fence_rows is not None:
-            # Only plain checkpoints (a sequential execution's steps): one statement,
-            # its fence inside, no BEGIN or COMMIT of its own (see `MergedCheckpoints`).
-            if await alone(conn, extras, self.fence_rows(shards)):
+            # Only checkpoints (an execution's start, steps or end) and alarm rows: one
+            # statement, its fence inside, no BEGIN or COMMIT of its own (see
+            # `MergedCheckpoints`).
+            rows = [to_row(v, self.shard_of(k)) for k, v in final.items() if v is not None]
+            dels = [k for k, v in final.items() if v is None]
+            if await alone(conn, extras, self.fence_rows(shards), rows, dels):
                 self._recount = True
             if FAULT_POINTS.active:
-                FAULT_POINTS.hit("index.commit.after", keys=[], extras=len(extras))
+                FAULT_POINTS.hit("index.commit.after", keys=list(final), extras=len(extras))
             return
         self._recount = True
         async with conn.transaction():
@@ -288,6 +309,16 @@ class PgAlarmIndex:
             await _run_extras(conn, extras)
         if FAULT_POINTS.active:
             FAULT_POINTS.hit("index.commit.after", keys=list(final), extras=len(extras))
+
+    def _single(self, extras: Sequence[PgWrite]) -> SingleWrite | None:
+        """The one-statement writer of a batch whose writes all share it (none: alarm
+        rows only), when it can write them."""
+        single = self.single
+        if single is None or self.fence_rows is None:
+            return None
+        if any(getattr(x, "single", None) is not single for x in extras):
+            return None
+        return single.alone if single.fits(extras) else None
 
     # -- reads ----------------------------------------------------------------------------
 
@@ -463,17 +494,6 @@ def _connection_lost(exc: BaseException) -> bool:
 
 def _storage_error(exc: BaseException, path: str) -> StorageError:
     return storage_error(exc, path, "the runtime database's read or write")
-
-
-def _alone(extras: Sequence[PgWrite]) -> Callable[..., Awaitable[bool]] | None:
-    """The one-statement writer of a batch made only of writes that share it."""
-    if not extras:
-        return None
-    merge = getattr(extras[0], "merged", None)
-    if merge is None or any(getattr(x, "merged", None) is not merge for x in extras):
-        return None
-    alone: Callable[..., Awaitable[bool]] | None = getattr(merge, "alone", None)
-    return alone
 
 
 async def _run_extras(conn: PgConn, extras: list[PgWrite]) -> None:

@@ -268,7 +268,7 @@ class PgObjectStore:
 
     async def _end(self, rollback: bool) -> None:
         conn, self._conn = self._conn, None
-        self._schema_ready = False
+        ran_sql, self._schema_ready = self._schema_ready, False
         if conn is None:
             return
         try:
@@ -276,6 +276,13 @@ class PgObjectStore:
                 try:
                     await conn.execute("ROLLBACK")
                 except Exception:  # already rolled back, or the connection went
+                    conn.terminate()
+            if ran_sql and not conn.is_closed():
+                # The object's SQL may have left session state (a SET, a LISTEN, an
+                # advisory lock): the pool no longer resets what it gets back.
+                try:
+                    await conn.execute(conn.get_reset_query())
+                except Exception:
                     conn.terminate()
         finally:
             await self._pool.release(conn)
