@@ -21,7 +21,7 @@ from alarmtop.core.alarms import policy as P
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
 from alarmtop.core.alarms.scheduler import AlarmScheduler
 from alarmtop.core.clock import Clock, Deadlines, Limit
-from alarmtop.core.errors import AlarmHandlerTimeout, StorageError
+from alarmtop.core.errors import AlarmHandlerTimeout, ShardMoved, StorageError
 from alarmtop.core.faults import FaultRegistry, InjectedFault
 from alarmtop.core.hooks import NO_HOOKS, Hooks
 from alarmtop.core.objects.base import AlarmInfo, DurableObject
@@ -97,6 +97,9 @@ class AlarmDispatcher:
             except asyncio.CancelledError:
                 attempt.report("the runtime stopped during the attempt")
                 raise  # the runtime is stopping: the row stays 'running', like a crash
+            except ShardMoved as exc:
+                await self._withdraw(attempt, started, rec, str(exc))
+                return
             except Exception as exc:
                 # Nothing of the attempt was kept, its end included: as after a crash.
                 sched.repair_later(started, f"the attempt's commit failed: {exc}")
@@ -112,6 +115,19 @@ class AlarmDispatcher:
             if attempt.registered:
                 sched.attempt_ended(rec.key)
             host.leave_turn(r)
+
+    async def _withdraw(self, attempt: AlarmAttempt, started: AlarmRecord,
+                        before: AlarmRecord, why: str) -> None:
+        """The shard went between the attempt's start and its handler (a clean hand-over
+        began): nothing ran, so the row goes back to how it was. The hand-over waits for
+        this write (the attempt is still in flight). A lease that ran out refuses it:
+        then the attempt ends as after a crash, as any attempt cut off does."""
+        try:
+            await self._sched.commit(started.key, P.withdraw_attempt(started, before, why))
+        except Exception as exc:
+            self._sched.repair_later(started, f"the attempt was cut off before its handler "
+                                     f"ran: {why} ({exc})")
+        attempt.report(f"handed over before its handler ran: {why}")
 
     def _attempt_started(self, rec: AlarmRecord) -> hook_info.AlarmAttemptInfo:
         info = hook_info.AlarmAttemptInfo(

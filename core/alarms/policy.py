@@ -233,6 +233,14 @@ def start_attempt(rec: AlarmRecord, now_ms: int) -> Transition:
     )
 
 
+def withdraw_attempt(started: AlarmRecord, before: AlarmRecord, why: str) -> Transition:
+    """The attempt's handler never ran (its shard was handed over between the start's
+    commit and the handler): the row goes back to how it was before the start, so the
+    next owner does not count, and retry, an attempt that did not happen."""
+    back = started._replace(state=before.state, started_ms=before.started_ms)
+    return Transition(back, (ann("alarm.handed_over", started, reason=why),))
+
+
 def succeed(rec: AlarmRecord, now_ms: int, new_alarm_ms: int | None, gen: int | None = None,
             in_file: bool = False) -> Transition:
     """The handler returned. A new alarm set by the handler (its intent `gen`) survives;

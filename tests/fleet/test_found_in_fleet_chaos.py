@@ -165,3 +165,47 @@ async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_o
     monkeypatch.undo()
     Held.release.set()
     await asyncio.wait_for(advancing, 10)
+
+
+async def test_an_attempt_started_as_its_shard_is_handed_over_is_not_counted(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """A clean hand-over that begins between an attempt's start (its row says
+    'running') and its handler: no handler runs here, and the row goes back to how it
+    was, so the next owner runs it as the first attempt instead of counting the cut one
+    as crashed (a retry, on the way to a dead letter, for nothing that ran)."""
+    _reset()
+    Held.release.set()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(b, "Held")
+    await a.get("Held", name).arm(1_000)
+    backend = backend_of(b)
+    shard = backend.shard_of(("Held", name))
+    real, looks = b.host.may_run, []
+
+    def may_run(key: tuple[str, str]) -> bool:
+        # The dispatcher looks before the attempt's start, the host before the handler:
+        # the hand-over begins in between.
+        if key == ("Held", name):
+            looks.append(key)
+            if len(looks) == 2:
+                backend.leaving.add(shard)
+        return bool(real(key)) if real is not None else True
+    b.host.may_run = may_run
+    await clock.advance(2)
+
+    async def withdrawn() -> bool:
+        status = await b.alarm("Held", name)
+        return status is not None and status.state == "pending"
+    await until(withdrawn, what="the attempt withdrawn")
+    assert Held.runs == []
+    status = await b.alarm("Held", name)
+    assert status is not None and status.retry_count == 0 and status.attempt_count == 0
+    backend.leaving.discard(shard)
+    await b.stop()  # the rest of the hand-over: its shards go to a
+    await balance(a)
+    assert shard in backend_of(a).epochs
+    await clock.advance(1)
+    await until(lambda: _gone(a, name), what="the alarm ran on its new owner")
+    assert Held.runs == [0]  # once, as the first attempt
