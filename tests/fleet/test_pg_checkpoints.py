@@ -92,7 +92,12 @@ async def test_a_plain_checkpoint_for_a_shard_lost_keeps_nothing(
     await node("b")  # a restart under the same id takes the shards with new epochs
     with pytest.raises(LeaseLost, match="no longer holds shard"):
         await store.checkpoint(eid, record, [nap(30_000)], marks={"k": "stale"})
-    assert "w1" not in {op.id for op in await store.operations(eid)}
+    last = await store.max_event_id(eid)
+    with pytest.raises(LeaseLost, match="no longer holds shard"):  # a step's op alone
+        await store.checkpoint(eid, None, [step(9)], [{"EventId": last + 1, "Id": "s9",
+                                                       "EventType": "StepSucceeded"}])
+    assert not {"w1", "s9"} & {op.id for op in await store.operations(eid)}
+    assert await store.max_event_id(eid) == last
     assert await store.marks(eid) == {}
 
 
