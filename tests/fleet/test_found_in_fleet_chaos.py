@@ -1,4 +1,4 @@
-"""Two faults the chaos harness found on a fleet (`python -m tests.chaos.harness
+"""Faults the chaos harness found on a fleet (`python -m tests.chaos.harness
 --backend postgres`), each kept as a test.
 
 - A node that gained shards counted every attempt it had in flight on the shards it
@@ -13,6 +13,9 @@
 - A call sent on a connection to a peer that had just died (before the reader saw
   it close) failed with websockets' ConnectionClosedError, which the router does not
   retry, instead of PeerDown (nothing was sent: ask the shard's next owner).
+- An attempt whose shard was handed over between its start (its row 'running') and
+  its handler was left running: the next owner counted it as crashed and retried
+  it, though no handler had run.
 """
 
 from __future__ import annotations

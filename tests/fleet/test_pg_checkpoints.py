@@ -12,10 +12,16 @@ import pytest
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.durable.operations import ExecutionStatus, OperationRecord, OpStatus, OpType
+from alarmtop.core.durable.operations import (
+    ExecutionRecord,
+    ExecutionStatus,
+    OperationRecord,
+    OpStatus,
+    OpType,
+)
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import LeaseLost
-from alarmtop.core.storage.postgres.executions import MergedCheckpoints
+from alarmtop.core.storage.postgres.executions import MergedCheckpoints, PgExecutionStore
 from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
 
 
@@ -39,36 +45,53 @@ async def suspended(rt: Runtime, eid: str, clock: VirtualClock) -> None:
     await until(waiting, what="the execution waits")
 
 
+async def waiting_run(node: NodeFactory, clock: VirtualClock, node_id: str = "a"
+                      ) -> tuple[Runtime, str, PgExecutionStore, ExecutionRecord]:
+    """A node with an execution of its own suspended on a callback, and its record."""
+    rt = await node(node_id)
+    rt.register_execution(waits)
+    eid = name_on(rt, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(rt, eid, clock)
+    store = backend_of(rt).execution_store
+    record = await store.get(eid)
+    assert record is not None
+    return rt, eid, store, record
+
+
+Alone = tuple[int, int, int, str]  # checkpoints, alarm rows, alarm deletes, outcome
+
+
+def watch_alone(monkeypatch: pytest.MonkeyPatch) -> list[Alone]:
+    """Each batch written as one statement, from now on."""
+    seen: list[Alone] = []
+    real = MergedCheckpoints.alone
+
+    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, fence: Any,
+                      rows: Any = (), dels: Any = ()) -> bool:
+        try:
+            out = await real(self, conn, writes, fence, rows, dels)
+        except Exception as exc:
+            seen.append((len(writes), len(rows), len(dels), type(exc).__name__))
+            raise
+        seen.append((len(writes), len(rows), len(dels), "ok"))
+        return out
+    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    return seen
+
+
 async def test_two_checkpoints_of_one_batch_keep_the_last_of_each_row(
         node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same op, mark and timer in two checkpoints of one statement: the later ones
     win (an upsert may touch a row once per statement), both history events land, and
     the op's earlier timer is replaced, not kept beside the new one."""
-    a = await node("a")
-    a.register_execution(waits)
-    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(a, eid, clock)
-    store = backend_of(a).execution_store
-    record = await store.get(eid)
-    assert record is not None
+    _, eid, store, record = await waiting_run(node, clock)
     last = await store.max_event_id(eid)
     ev = [{"EventId": last + i, "EventType": "WaitStarted", "Id": "w1"} for i in (1, 2)]
-    statements: list[tuple[int, str]] = []
-    real = MergedCheckpoints.alone
-
-    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, *rest: Any) -> bool:
-        try:
-            out = await real(self, conn, writes, *rest)
-        except Exception as exc:
-            statements.append((len(writes), type(exc).__name__))
-            raise
-        statements.append((len(writes), "ok"))
-        return out
-    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    statements = watch_alone(monkeypatch)
     first = store.checkpoint(eid, record, [nap(10_000)], [ev[0]], marks={"k": "1"})
     second = store.checkpoint(eid, record, [nap(20_000)], [ev[1]], marks={"k": "2"})
     await asyncio.gather(first, second)
-    assert statements == [(2, "ok")]  # one statement, not a failure retried one by one
+    assert statements == [(2, 0, 0, "ok")]  # one statement, not a failure retried one by one
     ops = {op.id: op for op in await store.operations(eid)}
     assert ops["w1"].scheduled_end_ms == 20_000
     assert [e["EventId"] for e in await store.history(eid, after=last)] == [last + 1, last + 2]
@@ -179,14 +202,7 @@ async def test_an_execution_start_and_end_go_as_one_statement_each(
     of one statement per table left."""
     a = await node("a")
     a.register_execution(quick)
-    batches: list[tuple[int, int, int]] = []  # (checkpoints, alarm rows, alarm deletes)
-    real = MergedCheckpoints.alone
-
-    async def counted(self: MergedCheckpoints, conn: Any, writes: Any, fence: Any,
-                      rows: Any = (), dels: Any = ()) -> bool:
-        batches.append((len(writes), len(rows), len(dels)))
-        return await real(self, conn, writes, fence, rows, dels)
-    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    batches = watch_alone(monkeypatch)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="q")
     executions = a.backend.alarm_index.counters().executions.get("succeeded", 0)
     await a.executions.start("quick", 41, execution_id=eid)
@@ -195,8 +211,8 @@ async def test_an_execution_start_and_end_go_as_one_statement_each(
     async def done() -> bool:
         return bool((await a.executions.describe(eid))["status"] == "succeeded")
     await until(done, what="the execution ends")
-    assert (1, 1, 0) in batches  # the start: its record and history with its alarm
-    assert batches[-1] == (1, 0, 1)  # the end: its alarm deleted in the same statement
+    assert (1, 1, 0, "ok") in batches  # the start: its record and history with its alarm
+    assert batches[-1] == (1, 0, 1, "ok")  # the end: its alarm deleted in the same one
     assert (await a.executions.describe(eid))["result"] == 42
     assert await a.backend.alarm_index.get((EXECUTION_CLASS, eid)) is None
     assert [t for t in await backend_of(a).execution_store.timers(execution_id=eid)] == []
@@ -211,13 +227,7 @@ async def test_an_ended_executions_timers_are_gone_even_if_set_in_the_same_batch
         node: NodeFactory, clock: VirtualClock) -> None:
     """A timer checkpointed and the execution's end in one batch: the end wins (the
     statement sees the rows as they were before it, so the new timer is not written)."""
-    a = await node("a")
-    a.register_execution(waits)
-    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(a, eid, clock)
-    store = backend_of(a).execution_store
-    record = await store.get(eid)
-    assert record is not None
+    _, eid, store, record = await waiting_run(node, clock)
     await store.checkpoint(eid, None, [nap(40_000)], [])
     assert await store.timers(execution_id=eid) != []
     ended = dataclasses.replace(record, status=ExecutionStatus.FAILED)
@@ -233,21 +243,9 @@ async def test_a_checkpoint_after_an_end_in_one_batch_goes_in_a_transaction(
         node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """After an execution's end in the same batch, a checkpoint of it would need the
     end's deletes to have happened: the batch goes the transaction's way, in order."""
-    a = await node("a")
-    a.register_execution(waits)
-    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(a, eid, clock)
-    store = backend_of(a).execution_store
-    record = await store.get(eid)
-    assert record is not None
+    _, eid, store, record = await waiting_run(node, clock)
     ended = dataclasses.replace(record, status=ExecutionStatus.FAILED)
-    alone: list[int] = []
-    real = MergedCheckpoints.alone
-
-    async def counted(self: MergedCheckpoints, *args: Any) -> bool:
-        alone.append(1)
-        return await real(self, *args)
-    monkeypatch.setattr(MergedCheckpoints, "alone", counted)
+    alone = watch_alone(monkeypatch)
     first = store.checkpoint(eid, ended, [], [])
     second = store.checkpoint(eid, None, [nap(60_000)], [])
     await asyncio.gather(first, second)

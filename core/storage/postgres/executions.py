@@ -169,7 +169,7 @@ async def write_merged(conn: PgConn, writes: Sequence[Any]) -> None:
 # ends in the batch has its timers deleted and none written. `old` (read before the
 # statement) tells whether an execution was created or changed status, i.e. whether
 # the counters moved.
-_FENCED = f"""
+_HELD = f"""
 WITH held AS (
     SELECT s.shard FROM {SCHEMA}.shards s
     JOIN unnest($1::int[], $2::bigint[]) AS h(shard, epoch)
@@ -177,7 +177,24 @@ WITH held AS (
     WHERE s.owner = $3 FOR SHARE OF s
 ), ok AS (
     SELECT count(*) = cardinality($1::int[]) AS ok FROM held
-), old AS (
+)"""
+
+
+def _ops_and_history(n: int) -> str:
+    """The op upserts and history inserts, from parameters $n to $n+5."""
+    return f""", o AS (
+    INSERT INTO {SCHEMA}.operations (execution_id, op_id, data)
+    SELECT * FROM unnest(${n}::text[], ${n + 1}::text[], ${n + 2}::text[])
+    WHERE (SELECT ok FROM ok)
+    ON CONFLICT (execution_id, op_id) DO UPDATE SET data = EXCLUDED.data
+), h AS (
+    INSERT INTO {SCHEMA}.history (execution_id, event_id, data)
+    SELECT * FROM unnest(${n + 3}::text[], ${n + 4}::int[], ${n + 5}::text[])
+    WHERE (SELECT ok FROM ok)
+)"""
+
+
+_FENCED = _HELD + f""", old AS (
     SELECT id, status FROM {SCHEMA}.executions WHERE id = ANY($4::text[])
 ), e AS (
     INSERT INTO {SCHEMA}.executions (id, name, version, status, created_ms, updated_ms, data)
@@ -186,14 +203,7 @@ WITH held AS (
     ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, version = EXCLUDED.version,
         status = EXCLUDED.status, created_ms = EXCLUDED.created_ms,
         updated_ms = EXCLUDED.updated_ms, data = EXCLUDED.data
-), o AS (
-    INSERT INTO {SCHEMA}.operations (execution_id, op_id, data)
-    SELECT * FROM unnest($11::text[], $12::text[], $13::text[]) WHERE (SELECT ok FROM ok)
-    ON CONFLICT (execution_id, op_id) DO UPDATE SET data = EXCLUDED.data
-), h AS (
-    INSERT INTO {SCHEMA}.history (execution_id, event_id, data)
-    SELECT * FROM unnest($14::text[], $15::int[], $16::text[]) WHERE (SELECT ok FROM ok)
-), m AS (
+)""" + _ops_and_history(11) + f""", m AS (
     INSERT INTO {SCHEMA}.execution_marks (execution_id, key, value)
     SELECT * FROM unnest($17::text[], $18::text[], $19::text[]) WHERE (SELECT ok FROM ok)
     ON CONFLICT (execution_id, key) DO UPDATE SET value = EXCLUDED.value
@@ -221,24 +231,7 @@ SELECT (SELECT ok FROM ok), EXISTS (
 _ONE_STATEMENT = _FENCED + _ANSWER
 # A sequential execution's step: its op and its history, nothing else. The empty
 # sub-statements of the whole one cost a tenth of the step's commit.
-_STEP_ONLY = f"""
-WITH held AS (
-    SELECT s.shard FROM {SCHEMA}.shards s
-    JOIN unnest($1::int[], $2::bigint[]) AS h(shard, epoch)
-      ON s.shard = h.shard AND s.epoch = h.epoch
-    WHERE s.owner = $3 FOR SHARE OF s
-), ok AS (
-    SELECT count(*) = cardinality($1::int[]) AS ok FROM held
-), o AS (
-    INSERT INTO {SCHEMA}.operations (execution_id, op_id, data)
-    SELECT * FROM unnest($4::text[], $5::text[], $6::text[]) WHERE (SELECT ok FROM ok)
-    ON CONFLICT (execution_id, op_id) DO UPDATE SET data = EXCLUDED.data
-), h AS (
-    INSERT INTO {SCHEMA}.history (execution_id, event_id, data)
-    SELECT * FROM unnest($7::text[], $8::int[], $9::text[]) WHERE (SELECT ok FROM ok)
-)
-SELECT (SELECT ok FROM ok), false
-"""
+_STEP_ONLY = _HELD + _ops_and_history(4) + "\nSELECT (SELECT ok FROM ok), false\n"
 # The same with the batch's alarm rows (an execution's start arms its alarm, its end
 # deletes it): deleted keys, then the upserted rows, one per key (the index's `final`).
 _ALARM_COLUMNS = [*COLUMNS.split(", "), "due_ms", "shard"]
