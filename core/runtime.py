@@ -188,6 +188,7 @@ class Runtime:
         # holds it ("busy handling a call to grant()").
         self._call_kinds: dict[str, EventKind] = {}
         self.running = False
+        self._stopping = False  # stop() under way: a second call returns at once
         self._router: Router = Router()
         self._node_server: NodeServer | None = None
         self._owned_sockets: OwnedSockets | None = None  # relayed here by other nodes
@@ -356,10 +357,21 @@ class Runtime:
         the next start counts it as a crashed attempt. What was abandoned is named in
         `abandoned` (empty after a clean stop): a task that ignores its cancellation
         keeps its event loop from closing, so a process that must end then ends
-        without waiting for it (`alarmtop serve` does)."""
-        if not self.running:
+        without waiting for it (`alarmtop serve` does).
+
+        A node of a fleet hands its shards over as it stops: it first starts no new
+        attempt and lets those in flight end (for the backend's `drain_s`, within the
+        grace) while it still runs, so their next owner does not retry them as cut
+        off."""
+        if not self.running or self._stopping:
             return
-        self.running = False
+        self._stopping = True
+        try:
+            await self._stop(grace_s)
+        finally:
+            self._stopping = False
+
+    async def _stop(self, grace_s: float | None) -> None:
         self.abandoned = []
         loop = asyncio.get_running_loop()
         end = None if grace_s is None else loop.time() + grace_s
@@ -368,6 +380,13 @@ class Runtime:
             return None if end is None else max(0.0, end - loop.time())
 
         await self._bounded("cron jobs", self._cron.stop(), left())
+        backend = self.backend
+        if isinstance(backend, FleetBackend):
+            drain_s = float(getattr(backend, "drain_s", 0.0))
+            within = left()
+            await self._bounded("alarm handlers' drain", self.scheduler.drain(
+                drain_s if within is None else min(drain_s, within)), left())
+        self.running = False
         await self._bounded("alarm handlers", self.scheduler.stop(), left())
         await self._bounded("objects", self.host.stop(), left())
         if await self.tasks.close(grace_s=left()):

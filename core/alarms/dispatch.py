@@ -63,8 +63,10 @@ class AlarmDispatcher:
             await host.turn(r)
         attempt = AlarmAttempt(self, rec, task)
         try:
-            if not sched.still_current(rec):
-                return  # overwritten or deleted while waiting for the object
+            if not sched.still_current(rec) or sched.draining:
+                # Overwritten or deleted while waiting for the object, or the node is
+                # stopping: the row stays as it is, for the next owner or start.
+                return
             if host.may_run is not None and not host.may_run(rec.key):
                 # This node's lease on the shard may have run out: no handler runs here.
                 # Looked at again shortly: by then the lease was renewed, or the shard

@@ -71,6 +71,7 @@ class AlarmScheduler:
         self._fire: FireFn | None = None
         self._intent_of: IntentOf | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.draining = False  # stopping: no attempt starts any more
         self.keep_attempts = keep_attempts
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
@@ -96,6 +97,7 @@ class AlarmScheduler:
         row itself): an attempt cut short may have committed a new one."""
         self._fire = fire
         self._intent_of = intent_of
+        self.draining = False
         self._file_classes = set(await self.index.object_classes())
         await self._load_paused()
         await self._recover_crashed()
@@ -103,7 +105,19 @@ class AlarmScheduler:
         self._tasks = [self._supervisor.spawn(self._loop(), name="alarm-scheduler"),
                        self._supervisor.spawn(self._sweep_loop(), name="alarm-sweeper")]
 
+    async def drain(self, within_s: float) -> None:
+        """Start no new attempt, and wait (at most `within_s`) for those in flight to
+        end: what `stop` then cancels is only what outlived that."""
+        self.draining = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._inflight and within_s > 0:
+            await asyncio.wait(set(self._inflight), timeout=within_s)
+
     async def stop(self) -> None:
+        self.draining = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -459,6 +473,8 @@ class AlarmScheduler:
                     self._dispatch_failed(rec, exc)
                 if window.needs_refill() and not self._loading:
                     self._wakeup.poke()
+                if self.draining:
+                    return
                 nxt = window.pop_one(clock.now_ms())
                 if nxt is None:
                     return

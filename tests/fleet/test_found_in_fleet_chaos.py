@@ -212,3 +212,29 @@ async def test_an_attempt_started_as_its_shard_is_handed_over_is_not_counted(
     await clock.advance(1)
     await until(lambda: _gone(a, name), what="the alarm ran on its new owner")
     assert Held.runs == [0]  # once, as the first attempt
+
+
+async def test_a_clean_stop_lets_the_attempts_in_flight_end_before_handing_over(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """A node that stops cleanly starts no new attempt, lets the one in flight end,
+    then hands its shards over: the attempt is not cut off, and its next owner does not
+    run it again as a crashed one."""
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(b, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    stopping = asyncio.ensure_future(b.stop())
+    await asyncio.sleep(0.3)
+    assert not stopping.done()  # waiting for the handler, not cutting it off
+    Held.release.set()
+    await asyncio.wait_for(stopping, 10)
+    await asyncio.wait_for(advancing, 10)
+    await balance(a)
+    await until(lambda: _gone(a, name), what="the alarm done")
+    assert Held.runs == [0]  # once: it ended on b, and a never ran it again
+    assert await a.get("Held", name).add(0) == 0  # the object answers on its new owner
+    assert b.abandoned == []
