@@ -32,6 +32,7 @@ from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attem
 from alarmtop.core.errors import CorruptDatabase, DiskFull, StorageError
 from alarmtop.core.storage import sqlite_counts as C
 from alarmtop.core.storage import sqlite_reads as R
+from alarmtop.core.storage.batches import coalesce
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.files import create_private, make_dirs
 from alarmtop.core.storage.interface import Counts, ObjectEntry
@@ -351,15 +352,7 @@ class SqliteAlarmIndex:
         return outcome
 
     def _apply_entries(self, batch: list[_Entry]) -> None:
-        final: dict[AlarmKey, AlarmRecord | None] = {}
-        extras: list[WriteFn] = []
-        for puts, deletes, extra, _ in batch:
-            for key in deletes:
-                final[key] = None
-            for rec in puts:
-                final[rec.key] = rec
-            if extra is not None:
-                extras.append(extra)
+        final, extras = coalesce(batch)
         self._apply(final, extras)
 
     def _settle(self, batch: list[_Entry], outcome: list[BaseException | None] | None) -> None:

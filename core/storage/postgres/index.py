@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState, Attempt
 from alarmtop.core.errors import LeaseLost, StorageError
+from alarmtop.core.storage.batches import coalesce
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.interface import Counts, ObjectEntry
 from alarmtop.core.storage.keys import Cursor
@@ -266,15 +267,7 @@ class PgAlarmIndex:
         conn = self._conn
         if conn is None:
             conn = self._conn = await self._connect()
-        final: dict[AlarmKey, AlarmRecord | None] = {}
-        extras: list[PgWrite] = []
-        for puts, deletes, extra, _ in batch:
-            for key in deletes:
-                final[key] = None
-            for rec in puts:
-                final[rec.key] = rec
-            if extra is not None:
-                extras.append(extra)
+        final, extras = coalesce(batch)
         if FAULT_POINTS.active:
             FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         shards = {self.shard_of(k) for k in final}
