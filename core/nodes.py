@@ -243,8 +243,14 @@ class NodeClient:
                 except Exception as exc:
                     raise PeerDown(f"the node at {self.address} does not answer ({exc})"
                                    ) from exc
-                await conn.send(json.dumps({"op": "hello", "secret": self._secret,
-                                            "node": self._node_id, "protocol": PROTOCOL}))
+                try:
+                    await conn.send(json.dumps({"op": "hello", "secret": self._secret,
+                                                "node": self._node_id, "protocol": PROTOCOL}))
+                except Exception as exc:
+                    # The peer went away right after the handshake: no call was sent.
+                    await conn.close()
+                    raise PeerDown(f"the node at {self.address} went away as it was "
+                                   f"reached ({exc})") from exc
                 self._conn = conn
                 self._reader = asyncio.get_running_loop().create_task(self._read(conn))
         return self._conn

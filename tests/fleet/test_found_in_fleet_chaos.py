@@ -16,11 +16,14 @@
 - An attempt whose shard was handed over between its start (its row 'running') and
   its handler was left running: the next owner counted it as crashed and retried
   it, though no handler had run.
+- A call to a peer killed just after it accepted the connection's handshake failed
+  on the hello with the raw ConnectionClosedError too.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -238,3 +241,29 @@ async def test_a_clean_stop_lets_the_attempts_in_flight_end_before_handing_over(
     assert Held.runs == [0]  # once: it ended on b, and a never ran it again
     assert await a.get("Held", name).add(0) == 0  # the object answers on its new owner
     assert b.abandoned == []
+
+
+async def test_a_peer_that_dies_right_after_the_handshake_is_peer_down(
+        node: NodeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection to a peer killed just after it accepted the handshake fails on
+    the first frame (the hello): that is PeerDown (nothing of the call was sent), not
+    websockets' raw ConnectionClosedError, which the router does not retry."""
+    import websockets.asyncio.client as ws_client
+    _reset()
+    a = await node("a", Held)
+    address = backend_of(a).address
+    assert address is not None
+    real = ws_client.connect
+
+    async def dies_after_handshake(*args: Any, **kwargs: Any) -> Any:
+        conn = await real(*args, **kwargs)
+        conn.transport.abort()  # as a SIGKILL of the peer leaves it: no close frame
+        return conn
+    monkeypatch.setattr(ws_client, "connect", dies_after_handshake)
+    client = NodeClient(address, "b", backend_of(a).cluster_secret)
+    try:
+        with pytest.raises(PeerDown, match="went away as it was reached"):
+            await client.request("call", timeout_s=5, cls="Held", name=name_on(a, "Held"),
+                                 method="add", args=[1], kwargs={})
+    finally:
+        await client.close()
