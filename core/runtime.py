@@ -180,6 +180,8 @@ class Runtime:
         self._cron = CronRunner(self.clock, self.events, self.tasks)
         self.sockets = self.host.sockets
         self.host.alarm_started = self.scheduler.running.get
+        self.scheduler.exclusive = lambda key: self.host.exclusive(
+            key, "recovering an alarm attempt cut short")
         self.max_resident = max_resident
         self._reserved: dict[str, int] = {}  # who reserved descriptors: how many
         self.descriptor_limit: int | None = None  # the soft limit checked at start

@@ -13,6 +13,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from alarmtop.core.alarms import intent as I
@@ -72,6 +73,9 @@ class AlarmScheduler:
         self._intent_of: IntentOf | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.draining = False  # stopping: no attempt starts any more
+        # Holds an object's turn (the host's `exclusive`, set by the runtime): the
+        # recovery of a cut attempt must not interleave with the object's events.
+        self.exclusive: Callable[[AlarmKey], AbstractAsyncContextManager[Any]] | None = None
         self.keep_attempts = keep_attempts
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
@@ -164,7 +168,23 @@ class AlarmScheduler:
             self._ends.get(key) != ends.get(key)
 
     async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
-        """An attempt left `running` with nobody running it: a failed attempt, retried."""
+        """An attempt left `running` with nobody running it: a failed attempt, retried.
+
+        In the object's turn (`exclusive`), from its row read again there: an event of
+        the object (on a fleet, one on the node that just gained its shard) may have
+        set a new alarm since `rec` was read. Written from `rec`, the retry would put
+        the row back over that alarm, later than the object's own, which then never
+        fired."""
+        if self.exclusive is None:
+            return await self._recover(rec, error)
+        async with self.exclusive(rec.key):
+            current = await self.index.get(rec.key)
+            if current is None or current.state is not AlarmState.RUNNING or \
+                    current.started_ms != rec.started_ms or rec.key in self.running:
+                return current  # moved on meanwhile: nothing of it is left to recover
+            return await self._recover(current, error)
+
+    async def _recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         assert self._intent_of is not None
         intent = await self._intent_of(rec)
         tr = I.recover(rec, intent, self._clock.now_ms(), error,
