@@ -362,9 +362,9 @@ class Runtime:
         without waiting for it (`alarmtop serve` does).
 
         A node of a fleet hands its shards over as it stops: it first starts no new
-        attempt and lets those in flight end (for the backend's `drain_s`, within the
-        grace) while it still runs, so their next owner does not retry them as cut
-        off."""
+        attempt and lets those in flight end (for the backend's `drain_s`, at most half
+        the grace, so that the hand-over still fits in it) while it still runs, so
+        their next owner does not retry them as cut off."""
         if not self.running or self._stopping:
             return
         self._stopping = True
@@ -384,10 +384,12 @@ class Runtime:
         await self._bounded("cron jobs", self._cron.stop(), left())
         backend = self.backend
         if isinstance(backend, FleetBackend):
+            # At most half of what is left of the grace: the hand-over of the shards,
+            # at the end of the stop, must still fit in it.
             drain_s = float(getattr(backend, "drain_s", 0.0))
             within = left()
             await self._bounded("alarm handlers' drain", self.scheduler.drain(
-                drain_s if within is None else min(drain_s, within)), left())
+                drain_s if within is None else min(drain_s, within / 2)), left())
         self.running = False
         await self._bounded("alarm handlers", self.scheduler.stop(), left())
         await self._bounded("objects", self.host.stop(), left())

@@ -31,7 +31,7 @@ from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.alarms.policy import AlarmState
 from alarmtop.core.errors import LeaseLost, PeerDown
 from alarmtop.core.nodes import NodeClient
-from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import SHARDS, NodeFactory, backend_of, balance, name_on, until
 
 
 class Held(DurableObject):
@@ -273,3 +273,26 @@ async def test_a_peer_that_dies_right_after_the_handshake_is_peer_down(
                                  method="add", args=[1], kwargs={})
     finally:
         await client.close()
+
+
+async def test_a_stop_with_a_stuck_handler_still_hands_its_shards_over_in_its_grace(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """The drain takes at most half the stop's grace: a handler that outlives it is
+    cut off as before, and the shards are still handed over, at once, within the grace
+    (`alarmtop serve` stops its runtime with a grace of 1 s)."""
+    _reset()
+    a = await node("a", Held)
+    b = await node("b", Held)
+    await balance(a, b)
+    name = name_on(b, "Held")
+    await a.get("Held", name).arm(1_000)
+    advancing = asyncio.ensure_future(clock.advance(2))
+    await asyncio.wait_for(Held.entered.wait(), 10)
+    try:
+        await asyncio.wait_for(b.stop(1.0), 3)
+        assert "storage" not in b.abandoned, b.abandoned  # the hand-over ran in the grace
+        await backend_of(a).keep_leases_once()  # offered to a: no lease to wait out
+        assert len(backend_of(a).epochs) == SHARDS
+    finally:
+        Held.release.set()
+        await asyncio.wait_for(advancing, 10)
