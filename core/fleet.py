@@ -28,6 +28,7 @@ class FleetBackend(Protocol):
     node_id: str
     cluster_secret: str
     lease_s: float
+    drain_s: float  # how long a hand-over (or a clean stop) waits for what is in flight
 
     def bind(self, on_change: Any, address: str | None = None,
              drain: Any = None) -> None: ...

@@ -386,10 +386,10 @@ class Runtime:
         if isinstance(backend, FleetBackend):
             # At most half of what is left of the grace: the hand-over of the shards,
             # at the end of the stop, must still fit in it.
-            drain_s = float(getattr(backend, "drain_s", 0.0))
             within = left()
             await self._bounded("alarm handlers' drain", self.scheduler.drain(
-                drain_s if within is None else min(drain_s, within / 2)), left())
+                backend.drain_s if within is None else min(backend.drain_s, within / 2)),
+                left())
         self.running = False
         await self._bounded("alarm handlers", self.scheduler.stop(), left())
         await self._bounded("objects", self.host.stop(), left())

@@ -109,23 +109,23 @@ class AlarmScheduler:
         self._tasks = [self._supervisor.spawn(self._loop(), name="alarm-scheduler"),
                        self._supervisor.spawn(self._sweep_loop(), name="alarm-sweeper")]
 
-    async def drain(self, within_s: float) -> None:
-        """Start no new attempt, and wait (at most `within_s`) for those in flight to
-        end: what `stop` then cancels is only what outlived that."""
+    async def _end_loops(self) -> None:
+        """No attempt starts any more: the loop and the sweeper end, workers stop pulling."""
         self.draining = True
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    async def drain(self, within_s: float) -> None:
+        """Start no new attempt, and wait (at most `within_s`) for those in flight to
+        end: what `stop` then cancels is only what outlived that."""
+        await self._end_loops()
         if self._inflight and within_s > 0:
             await asyncio.wait(set(self._inflight), timeout=within_s)
 
     async def stop(self) -> None:
-        self.draining = True
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await self._end_loops()
         # In-flight handlers are cut short; their 'running' rows make the next start
         # count them as crashed attempts, exactly as after a real crash.
         for task in list(self._inflight):
