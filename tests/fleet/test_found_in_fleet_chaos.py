@@ -223,11 +223,10 @@ async def test_an_attempt_started_as_its_shard_is_handed_over_is_not_counted(
     assert Held.runs == [0]  # once, as the first attempt
 
 
-async def test_a_clean_stop_lets_the_attempts_in_flight_end_before_handing_over(
-        node: NodeFactory, clock: VirtualClock) -> None:
-    """A node that stops cleanly starts no new attempt, lets the one in flight end,
-    then hands its shards over: the attempt is not cut off, and its next owner does not
-    run it again as a crashed one."""
+async def held_on_b(node: NodeFactory, clock: VirtualClock
+                    ) -> tuple[Runtime, Runtime, str, asyncio.Future[None]]:
+    """Nodes a and b, and an alarm of an object on b's shards running its handler there
+    until the test releases it (advance() waits for the handler: it runs alongside)."""
     _reset()
     a = await node("a", Held)
     b = await node("b", Held)
@@ -236,6 +235,15 @@ async def test_a_clean_stop_lets_the_attempts_in_flight_end_before_handing_over(
     await a.get("Held", name).arm(1_000)
     advancing = asyncio.ensure_future(clock.advance(2))
     await asyncio.wait_for(Held.entered.wait(), 10)
+    return a, b, name, advancing
+
+
+async def test_a_clean_stop_lets_the_attempts_in_flight_end_before_handing_over(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """A node that stops cleanly starts no new attempt, lets the one in flight end,
+    then hands its shards over: the attempt is not cut off, and its next owner does not
+    run it again as a crashed one."""
+    a, b, name, advancing = await held_on_b(node, clock)
     stopping = asyncio.ensure_future(b.stop())
     await asyncio.sleep(0.3)
     assert not stopping.done()  # waiting for the handler, not cutting it off
@@ -280,14 +288,7 @@ async def test_a_stop_with_a_stuck_handler_still_hands_its_shards_over_in_its_gr
     """The drain takes at most half the stop's grace: a handler that outlives it is
     cut off as before, and the shards are still handed over, at once, within the grace
     (`alarmtop serve` stops its runtime with a grace of 1 s)."""
-    _reset()
-    a = await node("a", Held)
-    b = await node("b", Held)
-    await balance(a, b)
-    name = name_on(b, "Held")
-    await a.get("Held", name).arm(1_000)
-    advancing = asyncio.ensure_future(clock.advance(2))
-    await asyncio.wait_for(Held.entered.wait(), 10)
+    a, b, _, advancing = await held_on_b(node, clock)
     try:
         await asyncio.wait_for(b.stop(1.0), 3)
         assert "storage" not in b.abandoned, b.abandoned  # the hand-over ran in the grace

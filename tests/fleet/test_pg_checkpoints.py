@@ -45,17 +45,30 @@ async def suspended(rt: Runtime, eid: str, clock: VirtualClock) -> None:
     await until(waiting, what="the execution waits")
 
 
-async def waiting_run(node: NodeFactory, clock: VirtualClock, node_id: str = "a"
+async def two_nodes(node: NodeFactory) -> tuple[Runtime, Runtime]:
+    """Nodes a and b, each holding its share of the shards."""
+    a = await node("a")
+    b = await node("b")
+    for rt in (a, b):
+        rt.register_execution(waits)
+    await balance(a, b)
+    return a, b
+
+
+async def waiting_run(node: NodeFactory, clock: VirtualClock, on: Runtime | None = None,
+                      via: Runtime | None = None
                       ) -> tuple[Runtime, str, PgExecutionStore, ExecutionRecord]:
-    """A node with an execution of its own suspended on a callback, and its record."""
-    rt = await node(node_id)
-    rt.register_execution(waits)
-    eid = name_on(rt, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(rt, eid, clock)
-    store = backend_of(rt).execution_store
+    """An execution on `on`'s shards (a node of its own by default) suspended on a
+    callback, started through `via` (default: `on`); its owner, id, store and record."""
+    if on is None:
+        on = await node("a")
+        on.register_execution(waits)
+    eid = name_on(on, cls=EXECUTION_CLASS, prefix="run")
+    await suspended(via or on, eid, clock)
+    store = backend_of(on).execution_store
     record = await store.get(eid)
     assert record is not None
-    return rt, eid, store, record
+    return on, eid, store, record
 
 
 Alone = tuple[int, int, int, str]  # checkpoints, alarm rows, alarm deletes, outcome
@@ -102,16 +115,8 @@ async def test_two_checkpoints_of_one_batch_keep_the_last_of_each_row(
 
 async def test_a_plain_checkpoint_for_a_shard_lost_keeps_nothing(
         node: NodeFactory, clock: VirtualClock) -> None:
-    a = await node("a")
-    first = await node("b")
-    for rt in (a, first):
-        rt.register_execution(waits)
-    await balance(a, first)
-    eid = name_on(first, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(a, eid, clock)
-    store = backend_of(first).execution_store
-    record = await store.get(eid)
-    assert record is not None
+    a, first = await two_nodes(node)
+    _, eid, store, record = await waiting_run(node, clock, on=first, via=a)
     await node("b")  # a restart under the same id takes the shards with new epochs
     with pytest.raises(LeaseLost, match="no longer holds shard"):
         await store.checkpoint(eid, record, [nap(30_000)], marks={"k": "stale"})
@@ -132,14 +137,8 @@ async def test_a_node_busy_with_plain_checkpoints_still_sees_other_nodes_counts(
         node: NodeFactory, clock: VirtualClock) -> None:
     """Plain checkpoints move no counter, so their batches read none back; the counts
     other nodes change are still read at least every second while the node is busy."""
-    a = await node("a")
-    b = await node("b")
-    for rt in (a, b):
-        rt.register_execution(waits)
-    await balance(a, b)
-    eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
-    await suspended(a, eid, clock)
-    store = backend_of(a).execution_store
+    a, b = await two_nodes(node)
+    _, eid, store, _ = await waiting_run(node, clock, on=a)
     before = a.backend.alarm_index.counters().alarms.get("dead", 0)
     await b.backend.alarm_index.write([
         AlarmRecord("Counter", name_on(b, prefix=f"d{i}-"), 1, AlarmState.DEAD, 6, None, "x")
