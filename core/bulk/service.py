@@ -395,7 +395,9 @@ class BulkService:
         moved under a group (its write fenced out, nothing of it kept), an item's owner
         could not be reached, PostgreSQL went away. The runner then goes on from the
         items still open, as a resume would, after a pause that grows while it gets
-        nowhere; anything else leaves the batch open for the next start."""
+        nowhere. So does an error of alarmtop's own, said in full in the log: a batch
+        left open with no runner would look running to an operator and move no more
+        until a restart."""
         batch_id = runner.batch["id"]
         delay = RETRY_FIRST_S
         try:
@@ -408,12 +410,18 @@ class BulkService:
                         return
                     await self._work(runner)
                     return
-                except (StorageError, NodeUnreachable) as exc:
+                except _Stopping:
+                    raise
+                except Exception as exc:
                     prog = runner.progress
                     if prog is not None and prog.done + prog.failed > before:
                         delay = RETRY_FIRST_S  # it got somewhere before this
-                    log.warning("bulk batch %s was cut short (%s); it goes on in %g s",
-                                batch_id, exc, delay)
+                    if isinstance(exc, _CUT_SHORT):
+                        log.warning("bulk batch %s was cut short (%s); it goes on in %g s",
+                                    batch_id, exc, delay)
+                    else:
+                        log.exception("bulk batch %s stopped on an error; it goes on in "
+                                      "%g s", batch_id, delay)
                 await self.rt.tasks.idle_wait(asyncio.sleep(delay))
                 delay = min(RETRY_MAX_S, delay * 2)
                 reload = True
@@ -422,9 +430,6 @@ class BulkService:
         except _Stopping:
             log.info("bulk batch %s: the runtime stops under it; it resumes at the next "
                      "start (in a fleet, on a node still running)", batch_id)
-        except Exception:
-            log.exception("bulk batch %s stopped on an error; it resumes at the next start",
-                          batch_id)
         finally:
             self._runners.pop(batch_id, None)
 

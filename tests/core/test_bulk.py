@@ -304,6 +304,34 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
     assert outage == [0] and (batch["status"], batch["done"]) == ("done", 50)
 
 
+async def test_a_runner_stopped_by_an_error_of_its_own_goes_on_and_says_why(
+        make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An error that is neither storage nor the fleet (a fault of alarmtop's own) does
+    not leave the batch open with no runner, looking running until a restart: the
+    runner says it in full and goes on after its pause, as a restart would."""
+    from alarmtop.core.bulk import service
+    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    rt = await make_runtime(Job, env=[])
+    await dead_letters(rt, 50)
+    store = rt.bulk.store
+    real_open = store.open_items
+    faults = [1]
+
+    async def open_items(*args: Any) -> Any:
+        if faults[0]:
+            faults[0] = 0
+            raise RuntimeError("a fault of the runner (simulated)")
+        return await real_open(*args)
+    monkeypatch.setattr(store, "open_items", open_items)
+    bid = await rt.bulk.start("rearm", keys=[f"Job/j{i:05d}" for i in range(50)],
+                              kind="alarms", at_ms=FAR)
+    batch = await rt.bulk.wait(bid)
+    assert faults == [0] and (batch["status"], batch["done"]) == ("done", 50)
+    (said,) = [r for r in caplog.records if "stopped on an error" in r.getMessage()]
+    assert said.exc_info is not None and "simulated" in str(said.exc_info[1])
+
+
 def after_first_chunk(rt: Runtime, monkeypatch: pytest.MonkeyPatch,
                       then: Callable[[str], Awaitable[Any]]) -> None:
     """A selection's keys recorded 100 at a time, and `then(batch_id)` run right after
