@@ -2,9 +2,12 @@
 
     alarmtop web --demo                       # the embedded demo, its tokens saved
     alarmtop web --url ws://HOST:8765/ops     # an ops server; log in with its token
+    alarmtop web --demo --session-idle-h 1    # a login unused for an hour ends
 
 It binds 127.0.0.1 only (the login is a password over plain HTTP: put a TLS proxy
-in front to reach it from elsewhere). A mistake (a URL that is not a WebSocket
+in front to reach it from elsewhere). A login lasts while it is used: one idle
+for `--session-idle-h` hours (no request, no console open) ends, and the console
+page's "Log out" ends it at once. A mistake (a URL that is not a WebSocket
 URL, nothing listening there, the port in use, textual-serve missing) is one line
 and a non-zero exit: 2 for the command line, 1 for the rest.
 """
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import secrets
 import signal
 from pathlib import Path
@@ -23,12 +27,25 @@ from alarmtop.tui.cli import Parser, UsageError, _fail, check_url, demo_data, po
 
 PROG = "alarmtop web"
 DEFAULT_PORT = 8766
+DEFAULT_IDLE_H = 12.0
 NEEDS_EXTRA = ("the console in a browser needs textual-serve: "
                "pip install 'alarmtop[web]'")
 
 
 class WebError(Exception):
     """`alarmtop web` cannot run; the message says why and what to do."""
+
+
+def idle_hours(text: str) -> float:
+    """argparse type of --session-idle-h: a number of hours above 0."""
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = math.nan
+    if not (math.isfinite(hours) and hours > 0):
+        raise argparse.ArgumentTypeError(f"a session's idle limit is a number of hours "
+                                         f"above 0 (e.g. 12 or 0.5), not {text}")
+    return hours
 
 
 def build_web_parser() -> argparse.ArgumentParser:
@@ -45,6 +62,9 @@ def build_web_parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", action="store_true", help="consoles hide every action")
     p.add_argument("--no-confirm", action="store_true",
                    help="consoles act on re-arm and fire now without asking first")
+    p.add_argument("--session-idle-h", type=idle_hours, default=DEFAULT_IDLE_H,
+                   metavar="HOURS", help="a login not used for this long ends: no request "
+                   f"and no console open (default {DEFAULT_IDLE_H:g}; a fraction is fine)")
     return p
 
 
@@ -71,7 +91,8 @@ async def serve_web(ops_url: str, target: str, port: int, args: argparse.Namespa
     from alarmtop.tui.web.server import WebConsole, bound_url
 
     console = WebConsole(ops_url, lambda token: probe(ops_url, token), target,
-                         read_only=args.read_only, confirm=not args.no_confirm)
+                         read_only=args.read_only, confirm=not args.no_confirm,
+                         idle_s=args.session_idle_h * 3600)
     runner = web.AppRunner(console.make_app(), access_log=None, shutdown_timeout=3.0)
     await runner.setup()
     try:

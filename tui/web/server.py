@@ -7,15 +7,25 @@ token with a hello to the ops server; a token it accepts starts a session
 (a random id in an HttpOnly, SameSite=Strict cookie, the token kept in this
 process only). Each browser WebSocket runs one console process with that
 session's token in its environment.
+
+A session not used for `idle_s` seconds (`--session-idle-h`) is dropped: its
+cookie then gets the login page like no cookie. Every request through the gate
+uses it, and so does each console it has open, for as long as it is open (its
+idle time starts when the last one closes). The cookie's Max-Age is the idle
+limit, renewed with each response. `POST /logout` drops the session at once,
+stops its consoles and clears the cookie. Expired sessions are pruned at each
+request, so repeated logins do not pile up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 import shlex
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +41,7 @@ TEMPLATES = Path(__file__).parent / "templates"
 COOKIE = "alarmtop_session"
 TOKEN_VARS = {"operator": "ALARMTOP_OPERATOR_TOKEN", "viewer": "ALARMTOP_VIEWER_TOKEN"}
 STOP_S = 2.0  # a console process told to quit is killed after this
+IDLE_S = 12 * 3600.0  # the default idle limit of a session
 # The page may load from this server only (its script and style are inline).
 CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' "
        "'unsafe-inline'; img-src 'self' data:; font-src 'self'; connect-src 'self' {ws}; "
@@ -39,10 +50,15 @@ CSP = ("default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 
 Check = Callable[[str], Awaitable[str]]  # token -> role; raises CommandError/Disconnected
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class Session:
+    """One login: its token and role, when it was last used (on the console's clock)
+    and how many consoles it has open (while one is, it is in use)."""
+
     token: str
     role: str
+    used: float
+    consoles: int = 0
 
 
 class SessionAppService(AppService):
@@ -61,14 +77,24 @@ class SessionAppService(AppService):
         return env
 
     async def stop_within(self, seconds: float) -> None:
-        """Ask the console to quit; kill its process if it has not within `seconds`."""
+        """Ask the console to quit; kill its process if it has not within `seconds`.
+        Returns once the process has exited."""
+        process = self._process
+        if process is None:
+            return
         try:
-            await asyncio.wait_for(self.stop(), seconds)
+            # textual-serve's stop() ends with the console's output, not with its
+            # process: wait for that too, so that none is left running (nor unreaped).
+            await asyncio.wait_for(self._stop_and_wait(process), seconds)
         except (TimeoutError, RuntimeError, ConnectionError):
-            process = self._process
-            if process is not None and process.returncode is None:
+            if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()
+                await process.wait()
+
+    async def _stop_and_wait(self, process: asyncio.subprocess.Process) -> None:
+        await self.stop()
+        await process.wait()
 
 
 def console_command(ops_url: str, read_only: bool, confirm: bool) -> str:
@@ -78,19 +104,24 @@ def console_command(ops_url: str, read_only: bool, confirm: bool) -> str:
         args.append("--read-only")
     if not confirm:
         args.append("--no-confirm")
-    return shlex.join(args)
+    # exec: the process textual-serve holds is the console itself, so that a kill
+    # ends it (not a shell, leaving the console running with the session's token).
+    return "exec " + shlex.join(args)
 
 
 class WebConsole(Server):
     """textual-serve's server for the console on `ops_url`, behind a login."""
 
     def __init__(self, ops_url: str, check: Check, target: str, *, read_only: bool = False,
-                 confirm: bool = True) -> None:
+                 confirm: bool = True, idle_s: float = IDLE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(console_command(ops_url, read_only, confirm), host="127.0.0.1",
                          port=0, title=f"alarmtop: {target}", templates_path=TEMPLATES)
         self.ops_url = ops_url
         self.target = target
         self._check = check
+        self.idle_s = idle_s
+        self._clock = clock
         self.sessions: dict[str, Session] = {}
         self.services: set[SessionAppService] = set()
 
@@ -100,6 +131,7 @@ class WebConsole(Server):
         app.add_routes([
             web.get("/login", self.login_page),
             web.post("/login", self.login),
+            web.post("/logout", self.logout),  # a GET of it is a 405: it changes state
             web.get("/", self.handle_index, name="index"),
             web.get("/ws", self.handle_websocket, name="websocket"),
             web.get("/download/{key}", self.handle_download, name="download"),
@@ -113,6 +145,18 @@ class WebConsole(Server):
     def session_of(self, request: web.Request) -> Session | None:
         return self.sessions.get(request.cookies.get(COOKIE, ""))
 
+    def _prune(self, now: float) -> None:
+        """Drop the sessions idle past the limit (none with a console open)."""
+        idle = [sid for sid, s in self.sessions.items()
+                if s.consoles == 0 and now - s.used >= self.idle_s]
+        for sid in idle:
+            del self.sessions[sid]
+
+    def _set_cookie(self, response: web.StreamResponse, sid: str) -> None:
+        # Ceil: the browser must not forget the cookie before the session ends.
+        response.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/",
+                            max_age=max(1, math.ceil(self.idle_s)))
+
     def _same_origin(self, request: web.Request) -> bool:
         origin = request.headers.get("Origin")
         return origin is None or origin == self.public_url
@@ -123,13 +167,23 @@ class WebConsole(Server):
                     ) -> web.StreamResponse:
         if not self._same_origin(request):
             raise web.HTTPForbidden(text="alarmtop web: requests from other sites are refused")
-        if request.path != "/login" and self.session_of(request) is None:
+        now = self._clock()
+        self._prune(now)
+        sid = request.cookies.get(COOKIE, "")
+        session = self.sessions.get(sid)
+        if session is not None:
+            session.used = now
+        if request.path != "/login" and session is None:
             if request.path == "/":
                 response: web.StreamResponse = self._login_form(request, "", 401)
             else:
                 raise web.HTTPUnauthorized(text="alarmtop web: log in first at /login")
         else:
             response = await handler(request)
+            # The cookie's Max-Age slides with the session's use. A prepared response
+            # (a WebSocket's, once closed) has sent its headers already.
+            if session is not None and sid in self.sessions and not response.prepared:
+                self._set_cookie(response, sid)
         ws = "ws:" + self.public_url.split(":", 1)[1]
         response.headers.setdefault("Content-Security-Policy", CSP.format(ws=ws))
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
@@ -164,37 +218,60 @@ class WebConsole(Server):
             return self._login_form(request, f"The ops server gave that token an unknown role "
                                     f"({role}).", 401)
         sid = secrets.token_urlsafe(32)
-        self.sessions[sid] = Session(token, role)
+        self.sessions[sid] = Session(token, role, self._clock())
         done = web.HTTPSeeOther("/")
-        done.set_cookie(COOKIE, sid, httponly=True, samesite="Strict", path="/")
+        self._set_cookie(done, sid)
+        raise done
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        """End the session now: drop it, stop its consoles, clear the cookie."""
+        session = self.sessions.pop(request.cookies.get(COOKIE, ""), None)
+        if session is not None:  # else a logout of the same session won the race
+            await asyncio.gather(*(self._end_console(s) for s in list(self.services)
+                                   if s.session is session))
+        done = web.HTTPSeeOther("/login")
+        done.del_cookie(COOKIE, path="/", httponly=True, samesite="Strict")
         raise done
 
     # -- the console of a session -------------------------------------------------------
 
     async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
         """textual-serve's handler, with the session's console process."""
-        session = self.session_of(request)
+        sid = request.cookies.get(COOKIE, "")
+        session = self.sessions.get(sid)
         assert session is not None  # the gate let it through
         websocket = web.WebSocketResponse(heartbeat=15)
         width = to_int(request.query.get("width", "80"), 80)
         height = to_int(request.query.get("height", "24"), 24)
-        await websocket.prepare(request)
-        service = SessionAppService(
-            self.command, session, write_bytes=websocket.send_bytes,
-            write_str=websocket.send_str, close=websocket.close,
-            download_manager=self.download_manager)
-        self.services.add(service)
+        session.consoles += 1  # before any await: in use from the gate on
         try:
-            await service.start(width, height)
-            await self._process_messages(websocket, service)
+            await websocket.prepare(request)
+            if self.sessions.get(sid) is not session:  # logged out during the handshake
+                await websocket.close()
+                return websocket
+            service = SessionAppService(
+                self.command, session, write_bytes=websocket.send_bytes,
+                write_str=websocket.send_str, close=websocket.close,
+                download_manager=self.download_manager)
+            self.services.add(service)
+            try:
+                await service.start(width, height)
+                await self._process_messages(websocket, service)
+            finally:
+                self.services.discard(service)
+                await service.stop_within(STOP_S)
         finally:
-            self.services.discard(service)
-            await service.stop_within(STOP_S)
+            session.consoles -= 1
+            session.used = self._clock()  # its idle time starts when its last console closes
         return websocket
+
+    async def _end_console(self, service: SessionAppService) -> None:
+        """Stop a console and close its WebSocket (its handler then ends)."""
+        await service.stop_within(STOP_S)
+        await service.remote_close()
 
     async def _stop_consoles(self, app: web.Application) -> None:
         await asyncio.gather(*(s.stop_within(STOP_S) for s in list(self.services)))
-
 
 
 def bound_url(runner: web.AppRunner) -> str:
