@@ -285,3 +285,22 @@ async def test_configured_logs_are_the_sentence_or_its_fields(
     assert (record["level"], record["event"], record["object"], record["last_attempt"]) == (
         "error", "alarm.failed", "Fails/f", True)
     assert record["error"].startswith(ERROR_AT)
+
+
+async def test_an_alarm_whose_shard_moved_as_it_was_popped_is_one_line_without_a_trace(
+        make_runtime: RuntimeFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """In a fleet, a shard may move between an alarm's pop and its attempt's write:
+    nothing was kept and the new owner runs it. That is said in one warning line,
+    not as an error with a traceback; an attempt that could not be written for any
+    other reason still is one."""
+    from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+    from alarmtop.core.errors import LeaseLost, StorageError
+    rt = await make_runtime()
+    rec = AlarmRecord("Job", "j1", 5, AlarmState.PENDING, 0, None, None)
+    rt.scheduler._dispatch_failed(rec, LeaseLost("this node (a) no longer holds shard(s) [3]"))
+    rt.scheduler._dispatch_failed(rec, StorageError("the disk is full"))
+    moved, failed = [r for r in caplog.records if "Job/j1" in r.getMessage()]
+    assert (moved.levelno, moved.exc_info) == (logging.WARNING, None)
+    assert moved.getMessage() == ("alarm of Job/j1 not run here: this node (a) no longer "
+                                  "holds shard(s) [3]")
+    assert failed.levelno == logging.ERROR and failed.exc_info is not None
