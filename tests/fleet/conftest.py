@@ -102,6 +102,14 @@ async def balance(*nodes: Runtime, rounds: int = 4) -> None:
     await asyncio.sleep(0.05)
 
 
+async def cut_off(rt: Runtime) -> None:
+    """`rt` as a process that crashed is seen by another starting under its node id:
+    nothing answers at its node address any more, though its leases still run."""
+    server = rt._node_server
+    assert server is not None
+    await server.stop()
+
+
 def name_on(rt: Runtime, cls: str = "Counter", prefix: str = "obj") -> str:
     """An object name whose shard `rt` holds now."""
     backend = backend_of(rt)

@@ -5,15 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 
-from alarmtop.core import VirtualClock
+from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import InvalidArgument, NodeUnreachable
 from alarmtop.core.nodes import NodeClient
-from tests.fleet.conftest import SHARDS, NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import (
+    SHARDS,
+    Counter,
+    NodeFactory,
+    backend_of,
+    balance,
+    cut_off,
+    name_on,
+    until,
+)
 
 
 async def test_nodes_settle_on_a_fair_share_and_every_shard_is_held(node: NodeFactory) -> None:
@@ -119,14 +129,59 @@ async def test_a_restarted_node_fences_its_earlier_run_out(node: NodeFactory) ->
     name = name_on(first)
     await a.get("Counter", name).add(1)
     old_epochs = dict(backend_of(first).epochs)
-    # A second process under the same id (a restart before the leases ran out) takes
-    # the id's shards with new epochs: the earlier run can no longer commit.
+    # A second process under the same id (a restart before the leases ran out, the
+    # earlier run not answering any more) takes the id's shards with new epochs: the
+    # earlier run can no longer commit.
+    await cut_off(first)
     second = await node("b")
     assert set(backend_of(second).epochs) == set(old_epochs)
     assert all(backend_of(second).epochs[s] > e for s, e in old_epochs.items())
     with pytest.raises(Exception, match="no longer holds shard"):
         await first.get("Counter", name).add(1)
     assert await a.get("Counter", name).add(1) == 2  # the write above kept nothing
+
+
+async def test_a_node_refuses_to_start_as_a_node_that_runs(
+        node: NodeFactory, pg_dsn: str, clock: VirtualClock, tmp_path: Path) -> None:
+    """The same node id given to a second process by mistake: it refuses to start,
+    saying which node answers under that id, and takes nothing from it."""
+    from alarmtop.core import PostgresBackend
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    epochs = dict(backend_of(b).epochs)
+    twin = Runtime(tmp_path / "twin", clock=clock,
+                   backend=PostgresBackend(pg_dsn, node_id="b", shards=SHARDS))
+    twin.register(Counter)
+    address = backend_of(b).address
+    with pytest.raises(InvalidArgument, match=f"node id 'b' is in use: .* answers at {address}"):
+        await twin.start()
+    await backend_of(b).keep_leases_once()
+    assert backend_of(b).epochs == epochs and not backend_of(b).displaced
+    assert await b.get("Counter", name_on(b)).add(1) == 1
+
+
+async def test_a_node_whose_id_another_process_took_over_lets_go_and_says_so(
+        node: NodeFactory, caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes that started as one node at the same moment (neither running
+    yet when the other looked): the one whose row the other took over holds nothing
+    any more, claims nothing, and says why, instead of taking shards back at every
+    lease round."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    await cut_off(b)  # so the twin's start sees no node answering as b
+    twin = await node("b")
+    assert backend_of(twin).epochs
+    held = dict(backend_of(twin).epochs)
+    for _ in range(3):
+        await backend_of(b).keep_leases_once()
+        await backend_of(twin).keep_leases_once()
+    assert backend_of(b).epochs == {} and backend_of(twin).epochs == held
+    assert "another process now runs as node b" in caplog.text
+    assert backend_of(b).displaced
+    name = name_on(twin)
+    assert await a.get("Counter", name).add(1) == 1  # reaches the twin, its owner
 
 
 @durable_execution(name="greet")
@@ -173,6 +228,7 @@ async def test_an_executions_log_is_fenced_by_its_objects_shard(
     store = backend_of(first).execution_store
     record = await store.get(eid)
     assert record is not None
+    await cut_off(first)
     second = await node("b")
     second.register_execution(greet)
     stale = record.__class__.from_dict({**record.to_dict(), "status": "failed"})

@@ -22,7 +22,7 @@ from alarmtop.core.durable.operations import (
 from alarmtop.core.durable.service import EXECUTION_CLASS
 from alarmtop.core.errors import LeaseLost
 from alarmtop.core.storage.postgres.executions import MergedCheckpoints, PgExecutionStore
-from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import NodeFactory, backend_of, balance, cut_off, name_on, until
 
 
 @durable_execution(name="waits")
@@ -117,6 +117,7 @@ async def test_a_plain_checkpoint_for_a_shard_lost_keeps_nothing(
         node: NodeFactory, clock: VirtualClock) -> None:
     a, first = await two_nodes(node)
     _, eid, store, record = await waiting_run(node, clock, on=first, via=a)
+    await cut_off(first)
     await node("b")  # a restart under the same id takes the shards with new epochs
     with pytest.raises(LeaseLost, match="no longer holds shard"):
         await store.checkpoint(eid, record, [nap(30_000)], marks={"k": "stale"})
@@ -261,6 +262,7 @@ async def test_alarm_rows_alone_for_a_shard_lost_keep_nothing(
     idx = first.backend.alarm_index
     await idx.write([AlarmRecord("Counter", name, 5, AlarmState.PENDING, 0, None, None)])
     assert await idx.get(("Counter", name)) is not None
+    await cut_off(first)
     await node("b")  # a restart under the same id takes the shards with new epochs
     with pytest.raises(LeaseLost, match="no longer holds shard"):
         await idx.write([AlarmRecord("Counter", name, 9, AlarmState.PENDING, 0, None, None)])

@@ -11,12 +11,14 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import secrets
 import socket
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,28 @@ _CLAIMABLE = ("(CASE WHEN owner IS NULL THEN (offered_to IS NULL OR offered_to =
               "expires_ms <= $4 OR NOT offered_to = ANY($5::text[])) ELSE (expires_ms <= $4 "
               "OR NOT owner = ANY($5::text[])) END)")
 _CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
+
+
+# A shard held with the epoch this node holds it by ($2 the shards, $3 their epochs):
+# a release never touches a lease another process took under the same node id.
+_HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))"
+PROBE_S = 1.0  # how long a start waits for a node that may still run under its id
+
+
+async def _answers(address: str) -> bool:
+    """Whether something accepts connections at a node's recorded address."""
+    parts = urllib.parse.urlsplit(address)
+    if not parts.hostname or not parts.port:
+        return False
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port),
+                                           PROBE_S)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True
 
 
 def wall_ms() -> int:
@@ -129,6 +153,10 @@ class PostgresBackend:
         self.cluster_secret = ""
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[L.NodeRow] = []
+        # This process, as the node `node_id` (`nodes.incarnation`): another process
+        # started with the same node id is told apart by it.
+        self.incarnation = secrets.token_hex(8)
+        self.displaced = False  # another process took this node id over: it runs nothing
         self._renewed_ms = 0
         self._claims = 0
         self._faults: PgFaultStore | None = None
@@ -179,6 +207,7 @@ class PostgresBackend:
                 await self._migrate(conn)
                 await self._check_shards(conn)
                 self.cluster_secret = await self._secret(conn)
+                await self._check_node_id(conn)
             await self.keep_leases_once()
             await self._index.open()
         except BaseException:
@@ -223,15 +252,17 @@ class PostgresBackend:
         await self._index.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
-            held, self.epochs = sorted(self.epochs), {}
+            epochs, self.epochs = self.epochs, {}
+            held = sorted(epochs)
             try:
                 async with pool.acquire() as conn:
                     # A clean stop hands its shards over at once, and says it stopped.
                     await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
-                                       "WHERE owner = $1 AND shard = ANY($2::int[])",
-                                       self.node_id, held)
+                                       f"WHERE owner = $1 AND {_HELD_EPOCHS}", self.node_id,
+                                       held, [epochs[s] for s in held])
                     await conn.execute(f"UPDATE {SCHEMA}.nodes SET stopped_ms = $2 WHERE "
-                                       "node_id = $1", self.node_id, wall_ms())
+                                       "node_id = $1 AND incarnation = $3", self.node_id,
+                                       wall_ms(), self.incarnation)
             except Exception:  # the next owner waits for the leases to run out instead
                 pass
             try:
@@ -331,13 +362,25 @@ class PostgresBackend:
         now = wall_ms()
         until = now + self.lease_ms
         pool = self._require_pool()
+        if self.displaced:
+            return
         async with pool.acquire() as conn:
             async with conn.transaction():
-                await conn.execute(
-                    f"INSERT INTO {SCHEMA}.nodes (node_id, address, started_ms, renewed_ms) "
-                    "VALUES ($1, $2, $3, $3) ON CONFLICT (node_id) DO UPDATE SET address = "
-                    "EXCLUDED.address, renewed_ms = EXCLUDED.renewed_ms, stopped_ms = NULL",
-                    self.node_id, self.address, now)
+                # The node's row is this process's from its first round on (`open`
+                # checked that no other process answers as this node); at a later
+                # round, a row another process wrote means it took the node id over.
+                ours = await conn.fetchval(
+                    f"INSERT INTO {SCHEMA}.nodes (node_id, address, started_ms, renewed_ms, "
+                    "incarnation) VALUES ($1, $2, $3, $3, $4) ON CONFLICT (node_id) DO UPDATE "
+                    "SET address = EXCLUDED.address, renewed_ms = EXCLUDED.renewed_ms, "
+                    "stopped_ms = NULL, incarnation = EXCLUDED.incarnation WHERE $5 OR "
+                    f"{SCHEMA}.nodes.incarnation IS NOT DISTINCT FROM EXCLUDED.incarnation "
+                    "RETURNING true", self.node_id, self.address, now, self.incarnation,
+                    not self._rounds)
+                if not ours:
+                    self._displace(await conn.fetchval(
+                        f"SELECT address FROM {SCHEMA}.nodes WHERE node_id = $1", self.node_id))
+                    return
                 renewed = await conn.fetch(
                     f"UPDATE {SCHEMA}.shards SET expires_ms = $2 WHERE owner = $1 AND "
                     "shard = ANY($3::int[]) RETURNING shard, epoch", self.node_id, until,
@@ -375,6 +418,38 @@ class PostgresBackend:
         if release and decided.to is not None:
             await self.hand_over(release, decided.to)
 
+    def _displace(self, address: str | None) -> None:
+        """Another process runs as this node now: this one lets go of everything (the
+        other's claims fenced its writes out already) and claims nothing any more."""
+        self.displaced = True
+        log.error("another process now runs as node %s (it answers at %s): this one holds "
+                  "no shards any more and claims none. Stop it, or restart it with a node "
+                  "id of its own", self.node_id, address or "an unknown address")
+        lost = set(self.epochs)
+        self.epochs, self._valid_until = {}, {}
+        if lost:
+            self._changed(set(), lost)
+
+    async def _check_node_id(self, conn: PgConn) -> None:
+        """Refuse to start as a node another running process is: one that renewed the
+        node's row within a lease and still answers at the address it recorded. A node
+        that crashed and restarts at once finds nothing listening there, and goes on
+        as itself (its shards free to take at once)."""
+        row = await conn.fetchrow(f"SELECT address, renewed_ms, stopped_ms, incarnation FROM "
+                                  f"{SCHEMA}.nodes WHERE node_id = $1", self.node_id)
+        if row is None or row[2] is not None or row[3] == self.incarnation:
+            return
+        age_ms = wall_ms() - int(row[1])
+        address = row[0]
+        if age_ms >= self.lease_ms or not address or address == self.address:
+            return  # gone for a lease, or its port is this process's own now
+        if await _answers(address):
+            raise InvalidArgument(
+                f"node id {self.node_id!r} is in use: a node by that name renewed its "
+                f"leases {max(age_ms, 0) / 1000:.1f} s ago and answers at {address}. Give "
+                "this node a node id of its own (alarmtop serve --node-id, or "
+                "PostgresBackend(node_id=...)), or stop that one first")
+
     def _changed(self, gained: set[int], lost: set[int]) -> None:
         if self._on_change is not None:
             try:
@@ -399,10 +474,12 @@ class PostgresBackend:
                                 "their writes will be refused", self.node_id, sorted(leaving))
             now = wall_ms()
             async with self._require_pool().acquire() as conn:
+                release = sorted(s for s in leaving if s in self.epochs)
                 await conn.execute(
-                    f"UPDATE {SCHEMA}.shards SET owner = NULL, offered_to = $3, expires_ms = $4 "
-                    "WHERE owner = $1 AND shard = ANY($2::int[])", self.node_id,
-                    sorted(leaving), to, now + (self.lease_ms if to is not None else 0))
+                    f"UPDATE {SCHEMA}.shards SET owner = NULL, offered_to = $4, expires_ms = $5 "
+                    f"WHERE owner = $1 AND {_HELD_EPOCHS}", self.node_id, release,
+                    [self.epochs[s] for s in release], to,
+                    now + (self.lease_ms if to is not None else 0))
         finally:
             self.leaving -= leaving
             for shard in leaving:

@@ -367,6 +367,11 @@ MIGRATIONS: list[str] = [
         ON CONFLICT (kind, name, num, slot) DO UPDATE SET n = {SCHEMA}.counters.n + EXCLUDED.n;
     END $$;
     """,
+    # Which process runs as a node (a random id per start): two started with the same
+    # node id took each other's shards at every lease round.
+    f"""
+    ALTER TABLE {SCHEMA}.nodes ADD COLUMN incarnation TEXT;
+    """,
 ]
 
 
