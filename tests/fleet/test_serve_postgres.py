@@ -113,6 +113,8 @@ def test_a_password_in_argv_is_warned_about(tmp_path: Path) -> None:
     (["--node-id", "a"], ["--node-id", "--postgres"]),
     (["--postgres", "x", "--shards", "0"], ["--shards", "1 to 4096"]),
     (["--postgres", "x", "--lease-s", "-1"], ["--lease-s", "seconds > 0"]),
+    (["--postgres", "x", "--node-id", ""], ["node id", "printable", "not ''"]),
+    (["--postgres", "x", "--node-id", "node a"], ["node id", "without spaces", "'node a'"]),
 ])
 def test_fleet_command_line_mistakes(tmp_path: Path, args: list[str], words: list[str]) -> None:
     outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), *args)

@@ -59,6 +59,14 @@ _HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[])
 PROBE_S = 1.0  # how long a start waits for a node that may still run under its id
 
 
+MAX_NODE_ID = 100
+
+
+def _good_node_id(node_id: object) -> bool:
+    return isinstance(node_id, str) and 0 < len(node_id) <= MAX_NODE_ID and \
+        node_id.isprintable() and not any(c.isspace() for c in node_id)
+
+
 async def _answers(address: str) -> bool:
     """Whether something accepts connections at a node's recorded address."""
     parts = urllib.parse.urlsplit(address)
@@ -134,8 +142,14 @@ class PostgresBackend:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
             raise InvalidArgument(f"lease_s must be a positive number of seconds, not {lease_s!r}")
+        if node_id is not None and not _good_node_id(node_id):
+            raise InvalidArgument(
+                f"a node id is 1 to {MAX_NODE_ID} printable characters without spaces "
+                f"(it names the node in logs, the console and the database), not "
+                f"{node_id!r}")
         self.dsn = dsn
-        self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.node_id = node_id if node_id is not None else \
+            f"{socket.gethostname()}-{os.getpid()}"
         self.shards = shards
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
