@@ -35,7 +35,8 @@ class FleetBackend(Protocol):
 
     def shard_of(self, key: ObjectKey) -> int: ...
 
-    async def owner_of(self, key: ObjectKey) -> tuple[str | None, str | None]: ...
+    async def owner_of(self, key: ObjectKey, fresh: bool = False
+                       ) -> tuple[str | None, str | None]: ...
 
     async def claim_now(self, shard: int) -> bool: ...
 
@@ -54,7 +55,9 @@ HERE = object()  # what `forward` answers when the object's events run on this n
 class Router:
     """Where an object's events run: on this node, or forwarded to its owner."""
 
-    async def peer(self, key: ObjectKey) -> NodeClient | None:
+    async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
+        """The owner to forward the object's events to (None: they run here); `fresh`
+        after the last one named did not hold the shard or did not answer."""
         return None
 
     async def route(self, key: ObjectKey, here: Callable[[], Awaitable[Any]], op: str,
@@ -85,8 +88,9 @@ class FleetRouter(Router):
                          there: Callable[[NodeClient], Awaitable[Any]]) -> Any:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._failover_s
+        fresh = False
         while True:
-            peer = await self.peer(key)
+            peer = await self.peer(key, fresh)
             try:
                 if peer is None:
                     return await here()
@@ -100,16 +104,18 @@ class FleetRouter(Router):
                         f"no other node took the shard over within {self._failover_s:g} s; "
                         "check the fleet's nodes (rt.nodes(), or the console's Nodes view)"
                     ) from exc
+                fresh = True  # the owner as last seen is not it (any more)
                 await asyncio.sleep(0.1)
 
-    async def peer(self, key: ObjectKey) -> NodeClient | None:
+    async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
         backend = self._backend
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._wait_s
         while True:
             if backend.may_run(key):
                 return None
-            node, address = await backend.owner_of(key)
+            node, address = await backend.owner_of(key, fresh)
+            fresh = True  # a second look reads the row
             if node is None or node == backend.node_id:
                 # No live owner, or this node's own lease ran out (or is being handed
                 # over): take it now unless another node or a hand-over is due to.

@@ -184,6 +184,45 @@ async def test_a_node_whose_id_another_process_took_over_lets_go_and_says_so(
     assert await a.get("Counter", name).add(1) == 1  # reaches the twin, its owner
 
 
+async def test_a_forwarded_call_takes_its_owner_from_the_lease_round(
+        node: NodeFactory) -> None:
+    """Another node's lease as the last round read it names the owner: forwarding a
+    call reads no shard row (here with the pool away, it could not)."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    name = name_on(b)
+    backend = backend_of(a)
+    pool, backend._pool = backend._pool, None
+    try:
+        assert await backend.owner_of(("Counter", name)) == ("b", backend_of(b).address)
+    finally:
+        backend._pool = pool
+    assert await a.get("Counter", name).add(2) == 2
+
+
+async def test_a_call_sent_to_an_owner_as_last_seen_reaches_the_new_one(
+        node: NodeFactory) -> None:
+    """The shard moved (b gave it to a new node c) since a's last lease round: b
+    answers that it does not hold it, a reads the shard's row again and reaches c.
+    Nothing ran twice."""
+    a = await node("a")
+    b = await node("b")
+    await balance(a, b)
+    before = set(backend_of(b).epochs)
+    c = await node("c")
+    for _ in range(4):  # a's round not among them: its view of b's shards is old
+        await backend_of(b).keep_leases_once()
+        await backend_of(c).keep_leases_once()
+    moved = before & set(backend_of(c).epochs)
+    assert moved
+    name = next(f"obj-{i}" for i in range(10_000)
+                if backend_of(c).shard_of(("Counter", f"obj-{i}")) in moved)
+    assert backend_of(a)._owners[backend_of(a).shard_of(("Counter", name))][0] == "b"
+    assert await a.get("Counter", name).add(1) == 1
+    assert await c.get("Counter", name).add(1) == 2
+
+
 @durable_execution(name="greet")
 async def greet(event: dict[str, str], ctx: DurableContext) -> str:
     hello = await ctx.step(lambda: f"hello {event['who']}", name="hello")

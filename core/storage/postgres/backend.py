@@ -171,6 +171,11 @@ class PostgresBackend:
         # started with the same node id is told apart by it.
         self.incarnation = secrets.token_hex(8)
         self.displaced = False  # another process took this node id over: it runs nothing
+        # Who held each shard, and until when, as this node's last lease round read them
+        # (its own claims included), and where each node is reached: `owner_of` answers
+        # from them, so a call forwarded to another node costs no query of its own.
+        self._owners: dict[int, tuple[str | None, int]] = {}
+        self._addresses: dict[str, str | None] = {}
         self._renewed_ms = 0
         self._claims = 0
         self._faults: PgFaultStore | None = None
@@ -418,6 +423,9 @@ class PostgresBackend:
                         f"{_CLAIMABLE_IN_ROUND} RETURNING shard, epoch", self.node_id, until,
                         decided.claim, now, live)
                     claimed = {int(r[0]): int(r[1]) for r in got}
+        self._owners = {r.shard: (r.owner, r.expires_ms) for r in rows}
+        self._owners.update(dict.fromkeys({**still, **claimed}, (self.node_id, until)))
+        self._addresses = {n.node_id: n.address for n in nodes}
         before = set(self.epochs)
         self.epochs = {**still, **claimed}
         self._valid_until = dict.fromkeys(self.epochs, until)
@@ -535,19 +543,30 @@ class PostgresBackend:
         return until is not None and shard not in self.leaving and shard in self.epochs \
             and wall_ms() < until - self._margin_ms
 
-    async def owner_of(self, key: ObjectKey) -> tuple[str | None, str | None]:
+    async def owner_of(self, key: ObjectKey, fresh: bool = False
+                       ) -> tuple[str | None, str | None]:
         """The node holding the object's shard and where to reach it (None when no live
-        node holds it)."""
+        node holds it). Another node's lease as the last lease round read it is taken
+        while it runs; `fresh` reads the shard's row (after that node answered that it
+        does not hold the shard, or did not answer)."""
         shard = self.shard_of(key)
         if self.may_run(key):
             return self.node_id, self.address
         now = wall_ms()
+        owner, until = self._owners.get(shard, (None, 0))
+        if not fresh and owner is not None and owner != self.node_id and until > now:
+            address = self._addresses.get(owner)
+            if address:
+                return owner, address
         async with self._require_pool().acquire() as conn:
             row = await conn.fetchrow(
                 f"SELECT s.owner, n.address, s.expires_ms FROM {SCHEMA}.shards s LEFT JOIN "
                 f"{SCHEMA}.nodes n ON n.node_id = s.owner WHERE s.shard = $1", shard)
         if row is None or row[0] is None or int(row[2]) <= now:
+            self._owners[shard] = (None, 0)
             return None, None
+        self._owners[shard] = (str(row[0]), int(row[2]))
+        self._addresses[str(row[0])] = row[1]
         return str(row[0]), row[1]
 
     async def nodes(self) -> list[dict[str, Any]]:
