@@ -293,8 +293,9 @@ class BulkService:
         if runner is not None:
             runner.cancelled = True
             runner.cancel_reason = _text(reason)
-            await self.store.submit(self.store.finish_write(batch_id, "cancelling",
-                                                            self.rt.clock.now_ms()))
+            await self.store.submit(self.store.finish_write(
+                batch_id, "cancelling", self.rt.clock.now_ms(),
+                cancel_reason=runner.cancel_reason))
             prog = runner.progress
             self.rt.events.emit("bulk.progress", {
                 "batch_id": batch_id, "action": row["action"], "kind": row["kind"],
@@ -321,8 +322,10 @@ class BulkService:
                 await self.store.claim_batch(batch_id, me, owner):
             await self._finish(row, None, cancelled=True, cancel_reason=reason)
             return
+        # The reason rides in the row: the runner on the other node ends the batch.
         await self.store.submit(self.store.finish_write(batch_id, "cancelling",
-                                                        self.rt.clock.now_ms()))
+                                                        self.rt.clock.now_ms(),
+                                                        cancel_reason=reason))
         self.rt.events.emit("bulk.progress", {
             "batch_id": batch_id, "action": row["action"], "kind": row["kind"],
             "total": row["total"], "status": "cancelling"})
@@ -501,6 +504,7 @@ class BulkService:
             runner.lost = True  # another node's now, or ended there (a cancel took it)
         elif row["status"] == "cancelling":
             runner.cancelled = True
+            runner.cancel_reason = row.get("cancel_reason")
 
     async def _give_way(self, pacer: GapPacer, largest: int) -> int:
         """How many items the next group takes, once there is room for it between the

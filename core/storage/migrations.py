@@ -297,6 +297,11 @@ RUNTIME_MIGRATIONS: list[str] = [
             ON CONFLICT DO UPDATE SET sources = sources | 4;
     END;
     """,
+    # A cancel's reason, kept with the batch: in a fleet the node that takes the
+    # command may not be the one that runs the batch and writes its end.
+    """
+    ALTER TABLE bulk_batches ADD COLUMN cancel_reason TEXT;
+    """,
 ]
 
 def statements(script: str) -> list[str]:

@@ -87,9 +87,11 @@ class OperatorStore(Protocol):
         ...
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> OpWrite:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = (),
+                     cancel_reason: str | None = None) -> OpWrite:
         """The batch's end (or `cancelling`): items never started are cancelled with it
-        when `cancel_left`; `audit` rows (the batch's own entry) land with it."""
+        when `cancel_left`; `audit` rows (the batch's own entry) land with it; a
+        `cancel_reason` is kept in the row (an earlier one stays when None)."""
         ...
 
     def submit(self, write: OpWrite) -> asyncio.Future[None]: ...

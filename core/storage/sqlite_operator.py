@@ -21,7 +21,7 @@ from alarmtop.core.storage.sqlite_index import ROW_COLUMNS, SqliteAlarmIndex, Wr
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _BATCH_COLUMNS = ("id", "action", "kind", "status", "actor", "role", "reason", "note",
                   "throttle", "params", "total", "done", "failed", "cancelled", "created_ms",
-                  "updated_ms", "ended_ms", "node", "prep_after")
+                  "updated_ms", "ended_ms", "node", "prep_after", "cancel_reason")
 _BOARD_STATES = "state IN ('pending', 'retrying')"
 
 
@@ -237,7 +237,8 @@ class SqliteOperatorStore:
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> WriteFn:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = (),
+                     cancel_reason: str | None = None) -> WriteFn:
         ended = None if status in BATCH_OPEN else now_ms
         with_audit = self.items_write(batch_id, (), now_ms, audit)
 
@@ -251,8 +252,9 @@ class SqliteOperatorStore:
             open_only = "" if ended is not None else \
                 f" AND status IN ({', '.join('?' * len(BATCH_OPEN))})"
             conn.execute("UPDATE bulk_batches SET status = ?, ended_ms = ?, updated_ms = ?, "
-                         f"cancelled = cancelled + ? WHERE id = ?{open_only}",
-                         (status, ended, now_ms, n, batch_id,
+                         "cancelled = cancelled + ?, cancel_reason = coalesce(?, "
+                         f"cancel_reason) WHERE id = ?{open_only}",
+                         (status, ended, now_ms, n, cancel_reason, batch_id,
                           *(() if ended is not None else sorted(BATCH_OPEN))))
         return write
 

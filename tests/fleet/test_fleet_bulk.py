@@ -250,6 +250,9 @@ async def test_a_cancel_on_another_node_stops_the_batch_where_it_runs(
     assert (whole["target"], whole["detail"]["status"]) == (bid, "cancelled")
     assert (whole["detail"]["done"], whole["detail"]["cancelled"]) == \
         (batch["done"], batch["cancelled"])
+    # Given on b, the reason reaches a's runner, which writes the batch's end.
+    assert whole["detail"]["cancel_reason"] == "wrong selection"
+    assert batch["cancel_reason"] == "wrong selection"
 
 
 async def test_a_node_taken_for_gone_gives_up_the_batch_taken_from_it(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _BATCH_COLUMNS = ("id", "action", "kind", "status", "actor", "role", "reason", "note",
                   "throttle", "params", "total", "done", "failed", "cancelled", "created_ms",
-                  "updated_ms", "ended_ms", "node", "prep_after")
+                  "updated_ms", "ended_ms", "node", "prep_after", "cancel_reason")
 _BATCH_SELECT = ", ".join(_BATCH_COLUMNS)
 _BOARD_STATES = "state IN ('pending', 'retrying')"
 
@@ -278,7 +278,8 @@ class PgOperatorStore:
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,
-                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = ()) -> PgWrite:
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = (),
+                     cancel_reason: str | None = None) -> PgWrite:
         ended = None if status in BATCH_OPEN else now_ms
         with_audit = self.items_write(batch_id, (), now_ms, audit)
 
@@ -293,10 +294,11 @@ class PgOperatorStore:
                 n = int(res.split()[-1])
             # A mark of an open status never reopens a batch that has just ended.
             await conn.execute(f"UPDATE {SCHEMA}.bulk_batches SET status = $1, ended_ms = $2, "
-                               "updated_ms = $3, cancelled = cancelled + $4 WHERE id = $5"
+                               "updated_ms = $3, cancelled = cancelled + $4, cancel_reason = "
+                               "coalesce($6, cancel_reason) WHERE id = $5"
                                + ("" if ended is not None else
-                                  " AND status = ANY($6::text[])"),
-                               status, ended, now_ms, n, batch_id,
+                                  " AND status = ANY($7::text[])"),
+                               status, ended, now_ms, n, batch_id, cancel_reason,
                                *(() if ended is not None else (sorted(BATCH_OPEN),)))
         return write
 

@@ -372,6 +372,11 @@ MIGRATIONS: list[str] = [
     f"""
     ALTER TABLE {SCHEMA}.nodes ADD COLUMN incarnation TEXT;
     """,
+    # A cancel's reason, kept with the batch: the node that takes the command may not
+    # be the one that runs the batch and writes its end.
+    f"""
+    ALTER TABLE {SCHEMA}.bulk_batches ADD COLUMN cancel_reason TEXT;
+    """,
 ]
 
 
