@@ -84,12 +84,14 @@ async def test_a_sync_requirement_passes_and_a_wrong_expectation_fails(
     assert ok.placeholders["ID1"] == "1"
 
     wrong = dict(data, ExpectedResult={"ExecutionStatus": "SUCCEEDED", "Result": "nope"})
+    await rt.stop()  # each run on a runtime of its own, one at a time (one node on PostgreSQL)
     rt2 = await make_runtime()
     out = await run_requirement(Requirement("1-1", "step", wrong), rt2, clock)
     assert not out.passed and out.errors[0].startswith("Expected Result='nope'")
 
     shifted = dict(data, ExpectedExecutionHistory=[dict(e, EventId=e["EventId"] + 1)
                                                    for e in STEP_EVENTS])
+    await rt2.stop()
     rt3 = await make_runtime()
     out = await run_requirement(Requirement("1-1", "step", shifted), rt3, clock)
     assert not out.passed and "EventType" in out.errors[0]

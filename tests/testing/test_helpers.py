@@ -198,6 +198,7 @@ async def test_helpers_say_when_the_clock_is_not_virtual(make_runtime: RuntimeFa
     rt = await make_runtime(clock=SystemClock())
     with pytest.raises(TypeError, match="runs on SystemClock: build it with Runtime"):
         await until_dead(rt, Flaky, "p0")
+    await rt.stop()  # the next runtime is the same node (on PostgreSQL, one at a time)
     virtual = await make_runtime()
     await virtual.stop()
     with pytest.raises(RuntimeError, match="not running: start it first"):
