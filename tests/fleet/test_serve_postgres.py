@@ -94,6 +94,35 @@ def test_two_serve_nodes_share_the_fleet_and_stop_in_time(pg_dsn: str, tmp_path:
     assert took < 5.0, took
 
 
+def test_a_second_serve_with_a_running_nodes_id_is_one_line_and_a_crashed_one_restarts(
+        pg_dsn: str, tmp_path: Path) -> None:
+    """The wrong --node-id as an operator gives it: a second `serve` under the id of a
+    node that runs refuses in one line and changes nothing; after a SIGKILL of that
+    node, a restart under its id starts at once (nothing answers at its address)."""
+    first = start_node(pg_dsn, tmp_path / "a", "a", tmp_path / "a.log")
+    procs = [first]
+    try:
+        wait_serving(tmp_path / "a.log", first)
+        twin = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "twin"), "--port", "0",
+                        "--node-id", "a", "--lease-s", "2",
+                        env=env_without_tokens(ALARMTOP_POSTGRES_DSN=pg_dsn))
+        assert_clear(twin, 1, "node id 'a' is in use", "answers at ws://", "--node-id")
+        assert first.poll() is None
+        first.kill()
+        first.wait()
+        again = start_node(pg_dsn, tmp_path / "a2", "a", tmp_path / "a2.log")
+        procs.append(again)
+        wait_serving(tmp_path / "a2.log", again)
+        again.send_signal(signal.SIGINT)
+        assert again.wait(timeout=RUN_S) == 0
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert "Traceback" not in (tmp_path / "a2.log").read_text()
+
+
 def test_a_postgres_that_cannot_be_reached_is_one_line(tmp_path: Path) -> None:
     outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), "--port", "0",
                        env=env_without_tokens(

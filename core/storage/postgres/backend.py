@@ -57,8 +57,6 @@ _CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
 # a release never touches a lease another process took under the same node id.
 _HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))"
 PROBE_S = 1.0  # how long a start waits for a node that may still run under its id
-
-
 MAX_NODE_ID = 100
 
 
@@ -380,9 +378,9 @@ class PostgresBackend:
         share. The keeper runs it on the wall clock: leases are between processes."""
         now = wall_ms()
         until = now + self.lease_ms
-        pool = self._require_pool()
         if self.displaced:
             return
+        pool = self._require_pool()
         async with pool.acquire() as conn:
             async with conn.transaction():
                 # The node's row is this process's from its first round on (`open`
