@@ -58,13 +58,21 @@ def test_a_dead_nodes_shards_are_free_once_its_lease_ran_out_or_it_is_not_live()
 
 def test_a_restarted_node_takes_back_at_once_what_the_table_gives_its_id() -> None:
     table = rows(["a", "a", "b", "b"])
-    first = plan("a", table, ["a", "b"], NOW, 4, mine=frozenset())
+    first = plan("a", table, ["a", "b"], NOW, 4, mine=frozenset(), restarted=True)
     assert sorted(first.claim) == [0, 1]
     # Later rounds count only what this very process holds: a live row naming its id
     # that it does not hold (a second process started with the same id) is left
     # alone, so two such processes never take rows from each other in turn.
     later = plan("a", table, ["a", "b"], NOW, 4, mine=frozenset({0}))
     assert later.claim == []
+
+
+def test_a_node_that_holds_nothing_at_a_later_round_is_not_a_restart() -> None:
+    """Holding nothing any more (another process under its id took everything) is no
+    reason to take the rows naming its id: that was how two such processes took
+    each other's shards at every round."""
+    table = rows(["a", "a", "b", "b"])
+    assert plan("a", table, ["a", "b"], NOW, 4, mine=frozenset()).claim == []
 
 
 def test_step_bounds_how_many_shards_move_in_one_round() -> None:

@@ -412,7 +412,8 @@ class PostgresBackend:
                 live = L.live_nodes(nodes, now, self.lease_ms)
                 first = not self._rounds
                 decided = L.plan(self.node_id, rows, live, now, self.shards, step=self.step,
-                                 mine=frozenset() if first else frozenset(still))
+                                 mine=frozenset() if first else frozenset(still),
+                                 restarted=first)
                 claimed = {}
                 if decided.claim:
                     got = await conn.fetch(

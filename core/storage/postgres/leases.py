@@ -48,14 +48,17 @@ def fair_share(shards: int, live: int) -> int:
 
 
 def plan(me: str, rows: Sequence[ShardRow], live: Sequence[str], now_ms: int,
-         shards: int, step: int | None = None, mine: frozenset[int] | None = None) -> Plan:
+         shards: int, step: int | None = None, mine: frozenset[int] | None = None,
+         restarted: bool = False) -> Plan:
     """What `me` claims and releases this round.
 
     `mine` are the shards this very process holds (with their epochs). At a node's
-    first round (`mine` empty), a shard the table gives to `me` was an earlier run's
+    first round (`restarted`), a shard the table gives to `me` was an earlier run's
     of the same node (restarted before its leases ran out): free to take at once,
-    with a new epoch that fences the earlier run out. `step` bounds how many shards
-    move in one round (a node joining a big fleet takes its share over a few rounds)."""
+    with a new epoch that fences the earlier run out. At a later round, one that
+    holds nothing (`mine` empty) is not a restart: the rows naming `me` are another
+    process's, left alone. `step` bounds how many shards move in one round (a node
+    joining a big fleet takes its share over a few rounds)."""
     live_set = set(live) | {me}
     share = fair_share(shards, len(live_set))
 
@@ -63,7 +66,6 @@ def plan(me: str, rows: Sequence[ShardRow], live: Sequence[str], now_ms: int,
         return r.owner == me and r.expires_ms > now_ms and (mine is None or r.shard in mine)
 
     held = [r.shard for r in rows if held_here(r)]
-    restarted = mine is not None and not mine
     free = [r.shard for r in rows if not held_here(r) and claimable(r, me, live_set, now_ms,
                                                                      restarted)]
     limit = step if step is not None else shards
