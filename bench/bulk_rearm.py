@@ -27,7 +27,7 @@ from typing import Any
 from common import base_parser, percentile, work_dir
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 
 DAY_MS = 24 * 3600 * 1000
 WRITE_CHUNK = 10_000

@@ -90,7 +90,7 @@ class Quiet(DurableObject):
 
 async def fill(data: Path, pending: int) -> None:
     """`pending` alarms two hours and more ahead, straight into the alarm index."""
-    from alarmtop.core.alarms.policy import AlarmRecord
+    from alarmtop.core.model.alarm_policy import AlarmRecord
 
     rt = Runtime(data, clock=SystemClock())
     rt.register(Quiet)

@@ -95,7 +95,7 @@ def run_with(code: str, args: list[str]) -> dict[str, Any]:
 
 
 async def fill(data: Path, pending: int) -> dict[str, float]:
-    from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
+    from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 
     rt = Runtime(data, clock=SystemClock())
     rt.register(Quiet)

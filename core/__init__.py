@@ -1,13 +1,13 @@
 """alarmtop's core runtime: durable objects, their storage and alarms."""
 
-from alarmtop.core.alarms.policy import AlarmState, Attempt, RetryPolicy, next_delay
-from alarmtop.core.alarms.status import AlarmStatus
-from alarmtop.core.clock import Clock, SystemClock, VirtualClock
-from alarmtop.core.errors import AlarmtopError
-from alarmtop.core.events import Event, EventBus
-from alarmtop.core.faults import InjectedFault
-from alarmtop.core.logs import JsonFormatter, configure_logging
-from alarmtop.core.objects.base import AlarmInfo, DurableObject, ObjectContext
+from alarmtop.core.kernel.clock import Clock, SystemClock, VirtualClock
+from alarmtop.core.kernel.events import Event, EventBus
+from alarmtop.core.kernel.faults import InjectedFault
+from alarmtop.core.kernel.logs import JsonFormatter, configure_logging
+from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject, ObjectContext
+from alarmtop.core.model.alarm_policy import AlarmState, Attempt, RetryPolicy, next_delay
+from alarmtop.core.model.alarm_status import AlarmStatus
+from alarmtop.core.model.errors import AlarmtopError
 from alarmtop.core.runtime import Runtime, Stub
 from alarmtop.core.storage.postgres.backend import PostgresBackend
 

@@ -41,8 +41,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from alarmtop.core import hook_info as H
-from alarmtop.core.hooks import Plugin
+from alarmtop.core.kernel.hooks import Plugin
+from alarmtop.core.model import hook_info as H
 
 EXECUTION_CLASS = "Execution"  # core.durable.service's, not imported: it pulls the engine
 _MS = 1_000_000  # nanoseconds in a millisecond: OpenTelemetry times are ns

@@ -11,22 +11,32 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from alarmtop.core import limits
-from alarmtop.core.alarms import policy as P
-from alarmtop.core.alarms.dispatch import AlarmDispatcher
-from alarmtop.core.alarms.pause import check_snooze
-from alarmtop.core.alarms.policy import (
+from alarmtop.core.fleet.events import EventRing, FleetEvents
+from alarmtop.core.fleet.links import NodeClient, NodeLink, NodeServer
+from alarmtop.core.fleet.routing import FleetBackend, FleetRouter, Router
+from alarmtop.core.fleet.sockets import SOCKET_OPS, OwnedSockets
+from alarmtop.core.kernel import descriptors as limits
+from alarmtop.core.kernel.alarms.attempt import AlarmDispatcher
+from alarmtop.core.kernel.alarms.scheduler import AlarmScheduler
+from alarmtop.core.kernel.clock import Clock, SystemClock
+from alarmtop.core.kernel.cron import CronFn, CronJob, CronRunner
+from alarmtop.core.kernel.events import EventBus
+from alarmtop.core.kernel.faults import FaultRegistry
+from alarmtop.core.kernel.hooks import INCOMING, Hooks
+from alarmtop.core.kernel.objects.durable_object import DurableObject
+from alarmtop.core.kernel.objects.host import Call, EventKind, ObjectHost
+from alarmtop.core.kernel.supervisor import Supervisor, tracker_of
+from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model.alarm_pause import check_snooze
+from alarmtop.core.model.alarm_policy import (
     DEFAULT_KEEP,
     AlarmRecord,
     AlarmState,
     Attempt,
     RetryPolicy,
 )
-from alarmtop.core.alarms.scheduler import AlarmScheduler
-from alarmtop.core.alarms.status import AlarmStatus
-from alarmtop.core.clock import Clock, SystemClock
-from alarmtop.core.cron import CronFn, CronJob, CronRunner
-from alarmtop.core.errors import (
+from alarmtop.core.model.alarm_status import AlarmStatus
+from alarmtop.core.model.errors import (
     InvalidArgument,
     InvalidObjectName,
     NoAlarm,
@@ -36,24 +46,14 @@ from alarmtop.core.errors import (
     UnknownClass,
     UnknownMethod,
 )
-from alarmtop.core.events import EventBus
-from alarmtop.core.faults import FaultRegistry
-from alarmtop.core.fleet import FleetBackend, FleetRouter, Router
-from alarmtop.core.fleet_events import EventRing, FleetEvents
-from alarmtop.core.fleet_sockets import SOCKET_OPS, OwnedSockets
-from alarmtop.core.hooks import INCOMING, Hooks
-from alarmtop.core.nodes import NodeClient, NodeLink, NodeServer
-from alarmtop.core.objects.base import DurableObject
-from alarmtop.core.objects.host import Call, EventKind, ObjectHost
-from alarmtop.core.serialization import alarm_time_ms, json_copy
-from alarmtop.core.storage.interface import Counts, ObjectEntry, StorageBackend
-from alarmtop.core.storage.keys import Cursor
-from alarmtop.core.storage.operator_store import operator_store_of
-from alarmtop.core.storage.sqlite_objects import SqliteBackend
-from alarmtop.core.tasks import Supervisor, tracker_of
+from alarmtop.core.model.keys import Cursor
+from alarmtop.core.model.serialization import alarm_time_ms, json_copy
+from alarmtop.core.ports import Counts, ObjectEntry, StorageBackend
+from alarmtop.core.storage.operator_rows import operator_store_of
+from alarmtop.core.storage.sqlite.objects import SqliteBackend
 
 if TYPE_CHECKING:
-    from alarmtop.core.durable.operations import ExecutionRecord
+    from alarmtop.core.model.operations import ExecutionRecord
 
 # Methods the runtime calls itself; RPC cannot reach them.
 _RESERVED = frozenset({"alarm", "web_socket_connect", "web_socket_message", "web_socket_close",
@@ -131,7 +131,7 @@ class Runtime:
         sweep_interval: seconds between sweeps for overdue work and dead letters.
         keep_attempts: how many of an alarm's latest failed attempts are kept (beside the
             first few); `AlarmStatus.attempt_count` counts them all.
-        plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
+        plugins: lifecycle hook plugins (see `alarmtop.core.kernel.hooks`), told of every object
             event, alarm attempt, execution invocation, operation and step attempt, and
             operator command; `add_plugin()` adds more.
 
@@ -198,7 +198,7 @@ class Runtime:
         self._ring_keeper: asyncio.Task[None] | None = None
         self._node_host = node_host
         # Durable executions: execution objects share one engine and the backend's log store.
-        from alarmtop.core.durable.service import (
+        from alarmtop.core.kernel.executions.service import (
             EXECUTION_CLASS,
             AuditLog,
             ExecutionEngine,
@@ -224,7 +224,7 @@ class Runtime:
                                  start_execution=start_execution,
                                  call_execution=call_execution, hooks=self.hooks)
         self.executions = Executions(engine, execution_stub, self.audit)
-        from alarmtop.core.bulk.service import BulkService
+        from alarmtop.core.ops.bulk import BulkService
         self.bulk = BulkService(self)  # bulk actions, durable batches (core/bulk)
 
     # -- set-up ---------------------------------------------------------------------------
@@ -249,8 +249,8 @@ class Runtime:
 
     def register_execution(self, fn: Any) -> Any:
         """Register a `@durable_execution` handler (several versions of one name may coexist)."""
-        from alarmtop.core.durable.engine import make_execution_class
-        from alarmtop.core.durable.service import EXECUTION_CLASS, DurableFunction
+        from alarmtop.core.kernel.executions.engine import make_execution_class
+        from alarmtop.core.kernel.executions.service import EXECUTION_CLASS, DurableFunction
         if not isinstance(fn, DurableFunction):
             raise InvalidArgument("register_execution() takes a function decorated with "
                                   "@durable_execution")
@@ -269,7 +269,7 @@ class Runtime:
         return fn
 
     def add_plugin(self, plugin: Any) -> Any:
-        """Add a lifecycle hook plugin (see `alarmtop.core.hooks`), after those there are;
+        """Add a lifecycle hook plugin (see `alarmtop.core.kernel.hooks`), after those there are;
         it hears what starts from now on. Returns it."""
         self.hooks.add(plugin)
         return plugin
@@ -831,7 +831,7 @@ class Runtime:
         callback deadline and retry, soonest first, overdue ones flagged; `rows`,
         `next` (pass it as `after` for the next page) and `now_ms` (see `core.board`)."""
         self._check_running()
-        from alarmtop.core.board import timers
+        from alarmtop.core.ops.timers_board import timers
         return await timers(self, limit, after)
 
     async def sweep(self) -> int:

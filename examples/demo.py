@@ -17,7 +17,7 @@ import random
 from pathlib import Path
 
 from alarmtop.core import Clock, RetryPolicy, Runtime
-from alarmtop.core.storage.interface import StorageBackend
+from alarmtop.core.ports import StorageBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.dashboard import LiveDashboard
 from alarmtop.examples.festival import FestivalServices, build_festival

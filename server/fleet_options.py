@@ -13,7 +13,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from alarmtop.core.errors import InvalidArgument
+from alarmtop.core.model.errors import InvalidArgument
 
 DSN_ENV = "ALARMTOP_POSTGRES_DSN"
 DSN_ARGV_WARNING = ("alarmtop serve: warning: the --postgres DSN holds a password, and argv "

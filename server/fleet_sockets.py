@@ -17,9 +17,9 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from alarmtop.core.errors import NodeUnreachable, UnknownSocket
-from alarmtop.core.fleet_sockets import CLOSE_MOVED, NODE_GONE
-from alarmtop.core.nodes import NodeClient
+from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.fleet.sockets import CLOSE_MOVED, NODE_GONE
+from alarmtop.core.model.errors import NodeUnreachable, UnknownSocket
 from alarmtop.server.guard import CLOSE_POLICY
 from alarmtop.server.wire import close_reason
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from alarmtop.core import Runtime
-from alarmtop.core.fleet import FleetBackend
+from alarmtop.core.fleet.routing import FleetBackend
 from alarmtop.server.listing import check_sort, contains, sort_rows, window
 
 MAX_AGE_S = 1.0

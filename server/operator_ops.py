@@ -78,7 +78,7 @@ class OperatorTools:
 
     async def _audited(self, op: str, args: dict[str, Any], actor: str, role: str,
                        handler: Handler) -> Any:
-        from alarmtop.core.durable.service import safe_text
+        from alarmtop.core.kernel.executions.service import safe_text
         target = args.get("object") or args.get("batch_id")
         if target is None and isinstance(args.get("key"), list) and len(args["key"]) >= 3:
             target = args["key"][2]
@@ -121,8 +121,8 @@ class OperatorTools:
 
     @staticmethod
     def _row_key(key: list[Any]) -> tuple[int, list[str]]:
-        from alarmtop.core.board import check_page
-        from alarmtop.core.errors import InvalidArgument
+        from alarmtop.core.model.errors import InvalidArgument
+        from alarmtop.core.ops.timers_board import check_page
         try:
             _, cursor = check_page(1, key)
         except InvalidArgument:
@@ -132,7 +132,7 @@ class OperatorTools:
         return int(cursor[1]), [str(p) for p in cursor[2:]]
 
     async def _fire_timer(self, args: dict[str, Any], actor: str, role: str) -> Any:
-        from alarmtop.core.board import EXECUTION
+        from alarmtop.core.ops.timers_board import EXECUTION
         from alarmtop.server.ops import alarm_row
         source, (a, b, c) = self._row_key(args["key"])
         if source != EXECUTION:
@@ -142,8 +142,8 @@ class OperatorTools:
             b or None, c, self.rt.clock.now_ms(), actor)
 
     async def _snooze_timer(self, args: dict[str, Any], actor: str, role: str) -> Any:
-        from alarmtop.core.alarms.pause import check_snooze, snoozed_until
-        from alarmtop.core.board import EXECUTION
+        from alarmtop.core.model.alarm_pause import check_snooze, snoozed_until
+        from alarmtop.core.ops.timers_board import EXECUTION
         from alarmtop.server.ops import alarm_row
         source, (a, b, c) = self._row_key(args["key"])
         by = check_snooze(args["by_ms"])
@@ -152,7 +152,7 @@ class OperatorTools:
         rows = await self.rt.executions.timers(1000, None, a)
         mine = [r for r in rows if (r["op_id"] or "") == b and r["kind"] == c]
         if not mine:
-            from alarmtop.core.errors import InvalidArgument
+            from alarmtop.core.model.errors import InvalidArgument
             raise InvalidArgument(f"execution {a!r} has no pending {c} timer on "
                                   f"{b or 'itself'} (it may have fired)")
         at = snoozed_until(int(mine[0]["due_ms"]), self.rt.clock.now_ms(), by)

@@ -33,14 +33,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core import AlarmStatus, RetryPolicy, Runtime, hook_info
-from alarmtop.core.alarms.policy import AlarmRecord, is_near_exhaustion
-from alarmtop.core.durable.context import decode_callback_id
-from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import AlarmtopError, CommandTimeout
-from alarmtop.core.storage import keys as K
-from alarmtop.core.storage.interface import ObjectEntry
-from alarmtop.core.tasks import Supervisor, patience
+from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
+from alarmtop.core.kernel.executions.context import decode_callback_id
+from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
+from alarmtop.core.kernel.supervisor import Supervisor, patience
+from alarmtop.core.model import hook_info
+from alarmtop.core.model import keys as K
+from alarmtop.core.model.alarm_policy import AlarmRecord, is_near_exhaustion
+from alarmtop.core.model.errors import AlarmtopError, CommandTimeout
+from alarmtop.core.ports import ObjectEntry
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
 from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (
@@ -99,7 +100,7 @@ class Session:
 
 
 if TYPE_CHECKING:
-    from alarmtop.core.durable.operations import ExecutionRecord
+    from alarmtop.core.model.operations import ExecutionRecord
 
 
 # `AlarmStatus.to_dict` is `dataclasses.asdict`, which deep-copies field by field: a

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
+from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 
 
 def migration_adding(text: str) -> int:

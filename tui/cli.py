@@ -351,7 +351,7 @@ def shard_count(text: str) -> int:
 
 
 def serve_main(argv: list[str]) -> int:
-    from alarmtop.core.errors import AlarmtopError
+    from alarmtop.core.model.errors import AlarmtopError
     from alarmtop.server.auth import read_token_file
     from alarmtop.server.fleet_options import (
         DSN_ARGV_WARNING,
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.demo:
         return _console(args.url, args.token_file, args.token, args.read_only,
                         not args.no_confirm)
-    from alarmtop.core.errors import AlarmtopError
+    from alarmtop.core.model.errors import AlarmtopError
     from alarmtop.server.serve import ServeError, check_data_dir, leave_now
     if args.data_dir is not None:
         try:

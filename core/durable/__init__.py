@@ -1,7 +1,10 @@
 """Durable executions and sagas, modelled on AWS Lambda Durable Functions, in asyncio."""
 
-from alarmtop.core.durable.batch import BatchItem, BatchResult
-from alarmtop.core.durable.config import (
+from alarmtop.core.kernel.executions.batch import BatchItem, BatchResult
+from alarmtop.core.kernel.executions.context import Callback, DurableContext
+from alarmtop.core.kernel.executions.saga import Saga
+from alarmtop.core.kernel.executions.service import DurableFunction, durable_execution
+from alarmtop.core.model.execution_config import (
     CallbackConfig,
     ChildConfig,
     CompletionConfig,
@@ -24,8 +27,7 @@ from alarmtop.core.durable.config import (
     create_retry_strategy,
     create_wait_strategy,
 )
-from alarmtop.core.durable.context import Callback, DurableContext
-from alarmtop.core.durable.errors import (
+from alarmtop.core.model.execution_errors import (
     CallbackError,
     CallbackExternalError,
     CallbackTimeoutError,
@@ -37,8 +39,6 @@ from alarmtop.core.durable.errors import (
     ValidationError,
     WaitForConditionError,
 )
-from alarmtop.core.durable.saga import Saga
-from alarmtop.core.durable.service import DurableFunction, durable_execution
 
 __all__ = [
     "BatchItem", "BatchResult",

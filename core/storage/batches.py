@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
-from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 
 W = TypeVar("W")
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock, configure_logging
-from alarmtop.core.sockets import HibernatableWebSocket
+from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 

@@ -27,9 +27,9 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
-from alarmtop.core.errors import CorruptDatabase, DiskFull, ObjectQuarantined, StorageError
+from alarmtop.core.model.errors import CorruptDatabase, DiskFull, ObjectQuarantined, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.sqlite_objects import MARKER, SqliteBackend
+from alarmtop.core.storage.sqlite.objects import MARKER, SqliteBackend
 from tests.conftest import RuntimeFactory
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, VirtualClock
-from alarmtop.core.errors import StorageError
+from alarmtop.core.model.errors import StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS, locked, when
 from tests.conftest import START_MS, RuntimeFactory
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from alarmtop.core.errors import InvalidObjectName
+from alarmtop.core.model.errors import InvalidObjectName
 from alarmtop.core.runtime import check_object_name
 from alarmtop.server.app import MAX_REJECTED, QUERY_BURST
 from alarmtop.server.wire import MAX_DEPTH, MAX_FRAME_BYTES, OPS

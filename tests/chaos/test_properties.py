@@ -46,8 +46,8 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.config import JitterStrategy
-from alarmtop.core.durable.saga import COMPENSATION_CONFIG
+from alarmtop.core.kernel.executions.saga import COMPENSATION_CONFIG
+from alarmtop.core.model.execution_config import JitterStrategy
 
 START_MS = 1_800_000_000_000
 EID = "prop"

@@ -28,7 +28,7 @@ from typing import Any
 
 from alarmtop.core import Runtime, SystemClock
 from alarmtop.core.durable import CallbackConfig, DurableContext, durable_execution
-from alarmtop.core.durable.saga import Saga
+from alarmtop.core.kernel.executions.saga import Saga
 
 EID = "w1"
 DIE_CODE = 70

@@ -75,7 +75,6 @@ from alarmtop.core import (
     RetryPolicy,
     Runtime,
 )
-from alarmtop.core.clock import SystemClock
 from alarmtop.core.durable import (
     DurableContext,
     Duration,
@@ -85,11 +84,12 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.config import JitterStrategy
-from alarmtop.core.durable.context import current_step
-from alarmtop.core.durable.service import DurableFunction, Ledger
-from alarmtop.core.errors import NodeUnreachable, StorageError
-from alarmtop.core.storage.sqlite_objects import SqliteBackend
+from alarmtop.core.kernel.clock import SystemClock
+from alarmtop.core.kernel.executions.context import current_step
+from alarmtop.core.kernel.executions.service import DurableFunction, Ledger
+from alarmtop.core.model.errors import NodeUnreachable, StorageError
+from alarmtop.core.model.execution_config import JitterStrategy
+from alarmtop.core.storage.sqlite.objects import SqliteBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.examples.lease_ledger import LeaseLedger

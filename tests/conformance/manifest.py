@@ -41,7 +41,7 @@ SUITES: dict[str, tuple[str, ...]] = {
 }
 
 # Suites that are not run at all (with why). The plugin suite runs: the engine has the
-# SDK's hooks (`alarmtop.core.hooks`), and its plugins' records are checked in-process.
+# SDK's hooks (`alarmtop.core.kernel.hooks`), and its plugins' records are checked in-process.
 SUITES_NOT_RUN: dict[str, str] = {}
 
 SUITES_NOT_RUN_SHORT: dict[str, str] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from alarmtop.core.durable import DurableContext, Duration
-from alarmtop.core.hooks import Plugin
+from alarmtop.core.kernel.hooks import Plugin
 from tests.conformance.handlers import (
     NO_RETRY,
     fixed_retry,

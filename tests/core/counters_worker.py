@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, SystemClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.durable.operations import ExecutionRecord, ExecutionStatus
-from alarmtop.core.storage.interface import Counts
-from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
+from alarmtop.core.ports import Counts
+from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
 
 START_MS = 1_800_000_000_000
 NAMES = 60

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from alarmtop.core import DurableObject, Runtime
-from alarmtop.core.errors import DescriptorBudget, OutOfDescriptors
+from alarmtop.core.model.errors import DescriptorBudget, OutOfDescriptors
 
 
 class Box(DurableObject):

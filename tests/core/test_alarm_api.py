@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, VirtualClock
-from alarmtop.core.errors import SqlError
+from alarmtop.core.model.errors import SqlError
 from tests.conftest import START_MS, RuntimeFactory
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, VirtualClock
-from alarmtop.core.errors import InvalidArgument, NoAlarm
+from alarmtop.core.model.errors import InvalidArgument, NoAlarm
 from tests.conftest import START_MS, RuntimeFactory
 
 

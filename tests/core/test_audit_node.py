@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS
+from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS
 from tests.conftest import RuntimeFactory
 from tests.sqlite_versions import as_version, migration_adding
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import DurableObject, Runtime, VirtualClock
-from alarmtop.core.errors import (
+from alarmtop.core.model.errors import (
     AlarmtopError,
     BadCronExpression,
     InvalidAlarmTime,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable import CallbackConfig, DurableContext, Duration, durable_execution
-from alarmtop.core.errors import InvalidArgument
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.errors import InvalidArgument
 from tests.conftest import START_MS, RuntimeFactory
 
 FAR = START_MS + 10 * 24 * 3600 * 1000  # re-armed for then: nothing fires during a test
@@ -139,7 +139,7 @@ async def test_a_cancel_answers_while_an_item_waits_on_a_busy_object(
     """The item in flight waits for the object's turn: the cancel answers "cancelling"
     by its bound (an operator's command must not run past its deadline), says so in an
     event, and the batch ends cancelled once the item has, with the reason audited."""
-    from alarmtop.core.bulk import service
+    from alarmtop.core.ops import bulk as service
     monkeypatch.setattr(service, "CANCEL_ANSWER_S", 0.2)
     gate = asyncio.Event()
     env: dict[str, Any] = {"gate": gate}
@@ -276,8 +276,8 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
         make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cut short by storage, the runner reads its batch again before going on; when that
     read fails too (the outage lasts), it waits and tries again instead of stopping."""
-    from alarmtop.core.bulk import service
-    from alarmtop.core.errors import StorageError
+    from alarmtop.core.model.errors import StorageError
+    from alarmtop.core.ops import bulk as service
     monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
@@ -310,7 +310,7 @@ async def test_a_runner_stopped_by_an_error_of_its_own_goes_on_and_says_why(
     """An error that is neither storage nor the fleet (a fault of alarmtop's own) does
     not leave the batch open with no runner, looking running until a restart: the
     runner says it in full and goes on after its pause, as a restart would."""
-    from alarmtop.core.bulk import service
+    from alarmtop.core.ops import bulk as service
     monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
@@ -382,8 +382,8 @@ async def test_an_item_whose_owner_is_not_reached_stays_open_and_is_done_on_the_
         make_runtime: RuntimeFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not reaching an item's owner (a fleet node going away) is not the item's failure:
     nothing ran, so it stays open and the runner goes on after a pause."""
-    from alarmtop.core.bulk import service
-    from alarmtop.core.errors import NodeUnreachable
+    from alarmtop.core.model.errors import NodeUnreachable
+    from alarmtop.core.ops import bulk as service
     monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     keys = [f"Job/p{i}" for i in range(5)]

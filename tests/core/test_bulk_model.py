@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
-from alarmtop.core.alarms import pause as Pause
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.board import alarm_row, check_page, merge
-from alarmtop.core.bulk.actions import (
+from alarmtop.core.model import alarm_pause as Pause
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.bulk_actions import (
     DEFAULT_THROTTLE,
     ExecutionState,
     already_applied,
     kind_of,
     plan_start,
 )
-from alarmtop.core.bulk.progress import Progress, finished_status
-from alarmtop.core.bulk.selection import Selection, parse_selection
-from alarmtop.core.bulk.service import decide
-from alarmtop.core.errors import InvalidArgument, NoAlarm
+from alarmtop.core.model.bulk_progress import Progress, finished_status
+from alarmtop.core.model.errors import InvalidArgument, NoAlarm
+from alarmtop.core.model.selection import Selection, parse_selection
+from alarmtop.core.ops.bulk import decide
+from alarmtop.core.ops.timers_board import alarm_row, check_page, merge
 
 
 def test_a_selection_keeps_what_was_given() -> None:

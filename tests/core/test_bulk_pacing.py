@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.bulk.pacing import MAX_WAIT_MS, MIN_GROUP, STEADY_GROUP_MS, GapPacer
-from alarmtop.core.storage.sqlite_counts import new_states
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.bulk_pacing import MAX_WAIT_MS, MIN_GROUP, STEADY_GROUP_MS, GapPacer
+from alarmtop.core.storage.sqlite.counters import new_states
 
 
 def test_no_alarm_due_takes_the_largest_group() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from alarmtop.core.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock, Wakeup
+from alarmtop.core.kernel.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock, Wakeup
 from tests.conftest import START_MS
 
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
-from alarmtop.core.storage.sqlite_counts import tally
-from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.storage.sqlite.counters import tally
+from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
+from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 from tests.conftest import START_MS, RuntimeFactory
 from tests.core.counters_worker import random_round
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from alarmtop.core.limits import FDS_PER_DATABASE, SLACK, Need, plan, shortfall
+from alarmtop.core.kernel.descriptors import FDS_PER_DATABASE, SLACK, Need, plan, shortfall
 from tests.tui.test_cli_mistakes import ROOT, RUN_S, env_without_tokens
 
 HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from alarmtop.core.clock import VirtualClock
-from alarmtop.core.events import Event, EventBus
+from alarmtop.core.kernel.clock import VirtualClock
+from alarmtop.core.kernel.events import Event, EventBus
 from tests.conftest import START_MS
 
 

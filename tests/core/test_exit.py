@@ -10,7 +10,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from alarmtop.core.storage.sqlite_objects import Quarantine, SqliteObjectStore
+from alarmtop.core.storage.sqlite.objects import Quarantine, SqliteObjectStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from alarmtop.core.clock import VirtualClock
-from alarmtop.core.errors import InvalidArgument, InvalidFault, UnknownFault
-from alarmtop.core.events import EventBus, Subscription
-from alarmtop.core.faults import FAULT_KINDS, FaultRegistry, InjectedFault
+from alarmtop.core.kernel.clock import VirtualClock
+from alarmtop.core.kernel.events import EventBus, Subscription
+from alarmtop.core.kernel.faults import FAULT_KINDS, FaultRegistry, InjectedFault
+from alarmtop.core.model.errors import InvalidArgument, InvalidFault, UnknownFault
 from tests.conftest import START_MS
 
 TARGET = "Lease/l1"

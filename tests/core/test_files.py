@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from alarmtop.core import DurableObject
-from alarmtop.core.storage import files, sqlite_objects
+from alarmtop.core.storage.sqlite import files
+from alarmtop.core.storage.sqlite import objects as sqlite_objects
 from tests.conftest import RuntimeFactory
 
 pytestmark = pytest.mark.sqlite_only  # the files of the SQLite backend

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, VirtualClock
-from alarmtop.core import hook_info as H
-from alarmtop.core.hooks import HOOKS, NO_HOOKS, FailureLog, Hooks, Plugin
+from alarmtop.core.kernel.hooks import HOOKS, NO_HOOKS, FailureLog, Hooks, Plugin
+from alarmtop.core.model import hook_info as H
 from tests.conftest import START_MS, RuntimeFactory
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.durable.operations import ExecutionRecord, ExecutionStatus
-from alarmtop.core.storage import keys as K
-from alarmtop.core.storage.sqlite_executions import SqliteExecutionStore
-from alarmtop.core.storage.sqlite_index import URGENCY_SQL, SqliteAlarmIndex
+from alarmtop.core.model import keys as K
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
+from alarmtop.core.storage.sqlite.database import URGENCY_SQL, SqliteAlarmIndex
+from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
 
 START_MS = 1_800_000_000_000
 PAGE = 7

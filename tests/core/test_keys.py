@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarmtop.core.storage import keys as K
+from alarmtop.core.model import keys as K
 
 STATES = ("pending", "running", "retrying", "dead")
 STATUSES = ("running", "suspended", "succeeded", "failed", "timed_out", "needs_human",

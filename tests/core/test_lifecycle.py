@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarmtop.core.objects.lifecycle import ResidentView, choose_evictions, next_deadline
+from alarmtop.core.model.hibernation import ResidentView, choose_evictions, next_deadline
 
 IDLE_MS = 10_000
 

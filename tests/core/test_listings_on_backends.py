@@ -14,9 +14,9 @@ import asyncpg
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-from alarmtop.core.durable.operations import ExecutionRecord, ExecutionStatus
-from alarmtop.core.storage import keys as K
+from alarmtop.core.model import keys as K
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.storage.postgres.backend import shard_of
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 from tests.conftest import START_MS, RuntimeFactory

@@ -31,8 +31,8 @@ from alarmtop.core import (
     configure_logging,
 )
 from alarmtop.core.durable import DurableContext, Duration, durable_execution
-from alarmtop.core.errors import CorruptDatabase
-from alarmtop.core.logs import alarm_failed_message, dead_letters_message, execution_message
+from alarmtop.core.kernel.logs import alarm_failed_message, dead_letters_message, execution_message
+from alarmtop.core.model.errors import CorruptDatabase
 from alarmtop.examples.festival import FestivalServices, build_festival
 from tests.conftest import RuntimeFactory
 
@@ -293,8 +293,8 @@ async def test_an_alarm_whose_shard_moved_as_it_was_popped_is_one_line_without_a
     nothing was kept and the new owner runs it. That is said in one warning line,
     not as an error with a traceback; an attempt that could not be written for any
     other reason still is one."""
-    from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-    from alarmtop.core.errors import LeaseLost, StorageError
+    from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+    from alarmtop.core.model.errors import LeaseLost, StorageError
     rt = await make_runtime()
     rec = AlarmRecord("Job", "j1", 5, AlarmState.PENDING, 0, None, None)
     rt.scheduler._dispatch_failed(rec, LeaseLost("this node (a) no longer holds shard(s) [3]"))

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, JsonFormatter, RetryPolicy, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord
+from alarmtop.core.model.alarm_policy import AlarmRecord
 from tests.conftest import START_MS, RuntimeFactory
 
 

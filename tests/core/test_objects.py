@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, ObjectContext, Runtime, VirtualClock
-from alarmtop.core.errors import ReentrantCall, SqlError
+from alarmtop.core.model.errors import ReentrantCall, SqlError
 from tests.conftest import START_MS, RuntimeFactory
 
 

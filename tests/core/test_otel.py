@@ -29,7 +29,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.errors import UnknownFault
+from alarmtop.core.model.errors import UnknownFault
 from tests.conftest import START_MS, RuntimeFactory
 
 

@@ -13,8 +13,8 @@ import asyncio
 import pytest
 
 from alarmtop.core import DurableObject, VirtualClock
-from alarmtop.core.errors import ObjectBusy
-from alarmtop.core.tasks import patience, patience_left
+from alarmtop.core.kernel.supervisor import patience, patience_left
+from alarmtop.core.model.errors import ObjectBusy
 from tests.conftest import RuntimeFactory
 
 

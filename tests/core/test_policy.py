@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarmtop.core.alarms import policy as P
-from alarmtop.core.alarms.policy import (
+from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model.alarm_policy import (
     AlarmRecord,
     AlarmState,
     Attempt,

@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from alarmtop.core import AlarmInfo, DurableObject
-from alarmtop.core.alarms.policy import AlarmState
+from alarmtop.core.model.alarm_policy import AlarmState
 from tests.conftest import START_MS, RuntimeFactory
 
 FAR = START_MS + 3_600_000

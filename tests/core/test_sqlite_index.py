@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState, Attempt
-from alarmtop.core.errors import StorageError
-from alarmtop.core.storage.migrations import RUNTIME_MIGRATIONS, migrate
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
+from alarmtop.core.model.errors import StorageError
+from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 
 
 def rec(name: str, due: int | None, state: AlarmState = AlarmState.PENDING,

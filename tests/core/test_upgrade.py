@@ -17,7 +17,7 @@ import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, Duration, durable_execution
-from alarmtop.core.storage.names import object_file_name
+from alarmtop.core.model.object_names import object_file_name
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "data-0.1.tar.gz"
 START_MS = 1_800_000_000_000

@@ -9,8 +9,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from alarmtop.core.alarms.policy import AlarmKey, AlarmRecord, AlarmState
-from alarmtop.core.alarms.window import DueWindow
+from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState
+from alarmtop.core.model.due_window import DueWindow
 
 
 def rec(name: str, due: int, state: AlarmState = AlarmState.PENDING) -> AlarmRecord:

@@ -8,14 +8,14 @@ import pytest
 
 from alarmtop.core import VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.durable.errors import (
+from alarmtop.core.model.errors import InvalidArgument, NotSerializable
+from alarmtop.core.model.execution_errors import (
     CallbackAlreadyCompleted,
     InvalidExecutionState,
     UnknownCallback,
     UnknownExecution,
     ValidationError,
 )
-from alarmtop.core.errors import InvalidArgument, NotSerializable
 from tests.conftest import RuntimeFactory
 
 

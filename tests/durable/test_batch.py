@@ -18,7 +18,7 @@ from alarmtop.core.durable import (
     StepConfig,
     durable_execution,
 )
-from alarmtop.core.durable.batch import (
+from alarmtop.core.kernel.executions.batch import (
     ALL_COMPLETED,
     FAILURE_TOLERANCE_EXCEEDED,
     MIN_SUCCESSFUL_REACHED,

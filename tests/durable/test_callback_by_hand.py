@@ -13,7 +13,7 @@ from alarmtop.core.durable import (
     ValidationError,
     durable_execution,
 )
-from alarmtop.core.durable.errors import (
+from alarmtop.core.model.execution_errors import (
     CallbackAlreadyCompleted,
     InvalidExecutionState,
     UnknownCallback,

@@ -6,7 +6,7 @@ from typing import Any
 
 from alarmtop.core import VirtualClock
 from alarmtop.core.durable import DurableContext, Duration, durable_execution
-from alarmtop.core.durable.errors import InvokeError
+from alarmtop.core.model.execution_errors import InvokeError
 from tests.conftest import RuntimeFactory
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from alarmtop.core import VirtualClock
-from alarmtop.core import hook_info as H
 from alarmtop.core.durable import (
     DurableContext,
     Duration,
@@ -16,7 +15,8 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.operations import OpStatus, OpType
+from alarmtop.core.model import hook_info as H
+from alarmtop.core.model.operations import OpStatus, OpType
 from tests.conftest import RuntimeFactory
 from tests.core.test_hooks import Raises, Recorder
 

@@ -14,7 +14,7 @@ from alarmtop.core.durable import (
     Duration,
     durable_execution,
 )
-from alarmtop.core.durable.errors import InvalidExecutionState
+from alarmtop.core.model.execution_errors import InvalidExecutionState
 from tests.conftest import RuntimeFactory
 
 runs: list[str] = []

@@ -15,7 +15,7 @@ from alarmtop.core.durable import (
     ValidationError,
     durable_execution,
 )
-from alarmtop.core.durable.errors import InvalidExecutionState, ReplayDivergence
+from alarmtop.core.model.execution_errors import InvalidExecutionState, ReplayDivergence
 from tests.conftest import RuntimeFactory
 
 bodies: list[str] = []

@@ -14,7 +14,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.config import JitterStrategy
+from alarmtop.core.model.execution_config import JitterStrategy
 from tests.conftest import RuntimeFactory
 
 runs: list[str] = []

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from alarmtop.core.alarms.policy import RetryPolicy, next_delay, retry_after
 from alarmtop.core.durable import (
     Duration,
     JitterStrategy,
@@ -15,10 +14,12 @@ from alarmtop.core.durable import (
     ValidationError,
     create_retry_strategy,
 )
-from alarmtop.core.durable.config import decide_retry
-from alarmtop.core.durable.errors import IllegalTransition, NonDeterministicExecutionError
-from alarmtop.core.durable.operations import ExecutionStatus, OperationRecord, OpStatus, OpType
-from alarmtop.core.durable.replay import (
+from alarmtop.core.model.alarm_policy import RetryPolicy, next_delay, retry_after
+from alarmtop.core.model.execution_config import decide_retry
+from alarmtop.core.model.execution_errors import IllegalTransition, NonDeterministicExecutionError
+from alarmtop.core.model.execution_timers import execution_timers, op_timers
+from alarmtop.core.model.operations import ExecutionStatus, OperationRecord, OpStatus, OpType
+from alarmtop.core.model.replay import (
     Outcome,
     Shape,
     advance,
@@ -33,7 +34,6 @@ from alarmtop.core.durable.replay import (
     redrive_plan,
     resolve,
 )
-from alarmtop.core.durable.timers import execution_timers, op_timers
 
 STEP = Shape(OpType.STEP, "Step", "charge")
 
@@ -132,7 +132,7 @@ def test_timers_follow_the_operation_state() -> None:
                                                          ("heartbeat", 7)]
     assert [(t.kind, t.due_ms) for t in op_timers(retry)] == [("retry", 3)]
     assert op_timers(op("4")) == []
-    from alarmtop.core.durable.operations import ExecutionRecord
+    from alarmtop.core.model.operations import ExecutionRecord
     rec = ExecutionRecord("e", "h", "1", ExecutionStatus.RUNNING, "null", 1000, 1000,
                           timeout_s=60, timeout_start_ms=5000)
     assert [(t.kind, t.due_ms) for t in execution_timers(rec)] == [("execution_timeout",
@@ -176,7 +176,7 @@ def test_retryable_errors_narrow_what_a_step_retries() -> None:
 def test_condition_polls_draw_jitter_from_the_rng_handed_in(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from alarmtop.core.durable import WaitStrategyConfig, create_wait_strategy
-    from alarmtop.core.durable.config import decide_poll
+    from alarmtop.core.model.execution_config import decide_poll
 
     def no_global() -> float:
         raise AssertionError("the global random was used")

@@ -19,7 +19,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.config import JitterStrategy
+from alarmtop.core.model.execution_config import JitterStrategy
 from tests.conftest import RuntimeFactory
 from tests.sqlite_versions import as_version, migration_adding
 

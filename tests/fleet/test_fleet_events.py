@@ -11,8 +11,8 @@ from typing import Any
 from websockets.asyncio.client import connect
 
 from alarmtop.core import VirtualClock
-from alarmtop.core.events import EventBus
-from alarmtop.core.fleet_events import IDLE_S, EventRing
+from alarmtop.core.fleet.events import IDLE_S, EventRing
+from alarmtop.core.kernel.events import EventBus
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 from tests.fleet.conftest import NodeFactory, balance, name_on, until

@@ -14,10 +14,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import DurableObject, Runtime, VirtualClock
-from alarmtop.core.errors import InvalidArgument, UnknownSocket
-from alarmtop.core.fleet_sockets import CLOSE_MOVED, LINK_GONE, MOVED, NODE_GONE
-from alarmtop.core.nodes import NodeClient
-from alarmtop.core.sockets import HibernatableWebSocket
+from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.fleet.sockets import CLOSE_MOVED, LINK_GONE, MOVED, NODE_GONE
+from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
+from alarmtop.core.model.errors import InvalidArgument, UnknownSocket
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 from alarmtop.server.objects import ObjectSocketLimits

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
-from alarmtop.core.fleet_sockets import CLOSE_MOVED, NODE_GONE
+from alarmtop.core.fleet.sockets import CLOSE_MOVED, NODE_GONE
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 from tests.fleet import node_worker

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmState
-from alarmtop.core.errors import LeaseLost, PeerDown
-from alarmtop.core.nodes import NodeClient
+from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.model.alarm_policy import AlarmState
+from alarmtop.core.model.errors import LeaseLost, PeerDown
 from tests.fleet.conftest import SHARDS, NodeFactory, backend_of, balance, name_on, until
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from alarmtop.core.storage.postgres.leases import (
+from alarmtop.core.model.leases import (
     NodeRow,
     Plan,
     ShardRow,

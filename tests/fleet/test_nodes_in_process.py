@@ -11,9 +11,9 @@ import pytest
 
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import InvalidArgument, NodeUnreachable
-from alarmtop.core.nodes import NodeClient
+from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
+from alarmtop.core.model.errors import InvalidArgument, NodeUnreachable
 from tests.fleet.conftest import (
     SHARDS,
     Counter,

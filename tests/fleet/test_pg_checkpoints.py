@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 
 from alarmtop.core import Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.durable.operations import (
+from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+from alarmtop.core.model.errors import LeaseLost
+from alarmtop.core.model.operations import (
     ExecutionRecord,
     ExecutionStatus,
     OperationRecord,
     OpStatus,
     OpType,
 )
-from alarmtop.core.durable.service import EXECUTION_CLASS
-from alarmtop.core.errors import LeaseLost
-from alarmtop.core.storage.postgres.executions import MergedCheckpoints, PgExecutionStore
+from alarmtop.core.storage.postgres.execution_log import MergedCheckpoints, PgExecutionStore
 from tests.fleet.conftest import NodeFactory, backend_of, balance, cut_off, name_on, until
 
 
@@ -158,7 +158,7 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
         node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """`counters()` counts every write whose future has completed: when the read after
     a write fails, the next batch reads again, even one of plain checkpoints."""
-    from alarmtop.core.storage.postgres import index as pg_index
+    from alarmtop.core.storage.postgres import database as pg_index
     a = await node("a")
     a.register_execution(waits)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
@@ -183,7 +183,7 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
 def test_the_fence_names_the_execution_class_the_engine_uses() -> None:
     """The PostgreSQL store names an execution's object without importing the engine;
     a renamed class would fence every checkpoint by the wrong shard."""
-    from alarmtop.core.storage.postgres.executions import EXECUTION_OBJECTS
+    from alarmtop.core.storage.postgres.execution_log import EXECUTION_OBJECTS
     assert EXECUTION_OBJECTS == EXECUTION_CLASS
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from alarmtop.core.errors import AlarmtopError
+from alarmtop.core.model.errors import AlarmtopError
 from tests import pg
 from tests.fleet import node_worker
 from tests.fleet.conftest import until

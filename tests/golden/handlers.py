@@ -23,7 +23,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.durable.config import JitterStrategy
+from alarmtop.core.model.execution_config import JitterStrategy
 
 FLAKY = StepConfig(retry_strategy=create_retry_strategy(RetryStrategyConfig(
     max_attempts=3, initial_delay=Duration(2), jitter_strategy=JitterStrategy.NONE)))

@@ -15,9 +15,9 @@ import pytest
 
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, DurableFunction, durable_execution
-from alarmtop.core.durable.check import replay_check
-from alarmtop.core.durable.history import records_from_history
-from alarmtop.core.durable.operations import ExecutionRecord, ExecutionStatus
+from alarmtop.core.kernel.executions.replay_check import replay_check
+from alarmtop.core.model.history import records_from_history
+from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from tests.conftest import RuntimeFactory
 from tests.golden.handlers import GOLDEN, tries
 

@@ -14,7 +14,7 @@ from alarmtop.core.durable import (
     StepConfig,
     durable_execution,
 )
-from alarmtop.core.durable.errors import InvalidExecutionState
+from alarmtop.core.model.execution_errors import InvalidExecutionState
 from alarmtop.server import wire
 from alarmtop.server.execution_ops import (
     RUNTIME_AUDITED,

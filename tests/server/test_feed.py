@@ -8,7 +8,7 @@ import contextlib
 import json
 
 from alarmtop.core import VirtualClock
-from alarmtop.core.events import Event
+from alarmtop.core.kernel.events import Event
 from alarmtop.server.feed import (
     CLIENT_QUEUE,
     MAX_EVENTS_PER_DELTA,

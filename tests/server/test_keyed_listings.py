@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmState, DurableObject, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord
-from alarmtop.core.storage.sqlite_index import SqliteAlarmIndex
+from alarmtop.core.model.alarm_policy import AlarmRecord
+from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.server.app import OpsServer
 from tests.conftest import START_MS, RuntimeFactory

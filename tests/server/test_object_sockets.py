@@ -14,8 +14,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import DurableObject, Runtime, VirtualClock
-from alarmtop.core.events import Subscription
-from alarmtop.core.sockets import HibernatableWebSocket
+from alarmtop.core.kernel.events import Subscription
+from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
 from alarmtop.examples.dashboard import LiveDashboard
 from alarmtop.server.app import OpsServer
 from alarmtop.server.wire import MAX_FRAME_BYTES

@@ -119,8 +119,8 @@ def test_a_row_built_from_the_record_is_the_status_row(paused_ms: int | None) ->
     """The listing's fast row says what `alarm_row(AlarmStatus.of(...))` says, the
     operator's pause included."""
     from alarmtop.core import RetryPolicy
-    from alarmtop.core.alarms.policy import AlarmRecord, AlarmState
-    from alarmtop.core.alarms.status import AlarmStatus
+    from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
+    from alarmtop.core.model.alarm_status import AlarmStatus
     from alarmtop.server.ops import alarm_row, record_row
     rec = AlarmRecord("Flaky", "p", 1_000, AlarmState.RETRYING, 2, 5_000, "boom")
     rec = rec._replace(paused_ms=paused_ms)

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from alarmtop.core import AlarmState, Attempt, Runtime, VirtualClock
-from alarmtop.core.alarms.policy import AlarmRecord
+from alarmtop.core.model.alarm_policy import AlarmRecord
 from tests.conftest import START_MS, RuntimeFactory
 from tests.server.conftest import VIEWER, Always, Client, ClientFactory, Frame, Quiet, ServerFactory
 

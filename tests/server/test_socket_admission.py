@@ -19,8 +19,8 @@ from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import DurableObject, Runtime
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.objects.base import ObjectContext
-from alarmtop.core.sockets import HibernatableWebSocket
+from alarmtop.core.kernel.objects.durable_object import ObjectContext
+from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
 from alarmtop.examples.dashboard import LiveDashboard
 from alarmtop.server.app import OpsServer
 from alarmtop.server.objects import ObjectSocketLimits

@@ -15,7 +15,7 @@ from alarmtop.core.durable import (
     Duration,
     durable_execution,
 )
-from alarmtop.core.errors import InvalidFault
+from alarmtop.core.model.errors import InvalidFault
 from alarmtop.testing import (
     START_MS,
     GiveUp,

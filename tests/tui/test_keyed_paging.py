@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alarmtop.core.alarms.policy import AlarmRecord
+from alarmtop.core.model.alarm_policy import AlarmRecord
 from tests.conftest import START_MS
 from tests.tui.conftest import Harness, table_keys, until
 from tests.tui.test_console import connected, run, settle_workers, start

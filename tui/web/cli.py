@@ -139,7 +139,7 @@ def web_main(argv: list[str]) -> int:
         import textual_serve  # noqa: F401
     except ImportError:
         return _fail(NEEDS_EXTRA, 1, PROG)
-    from alarmtop.core.errors import AlarmtopError
+    from alarmtop.core.model.errors import AlarmtopError
     from alarmtop.server.serve import ServeError, check_data_dir
 
     logging.getLogger("alarmtop").addHandler(logging.NullHandler())

@@ -22,19 +22,19 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.errors import InvalidArgument, LeaseLost, StorageError
-from alarmtop.core.storage.postgres import leases as L
-from alarmtop.core.storage.postgres.executions import MERGED, PgExecutionStore
-from alarmtop.core.storage.postgres.fault_store import PgFaultStore
-from alarmtop.core.storage.postgres.index import PgAlarmIndex
+from alarmtop.core.model import leases as L
+from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
+from alarmtop.core.storage.postgres.database import PgAlarmIndex
+from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionStore
+from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 
 if TYPE_CHECKING:
     import asyncpg
 
-    from alarmtop.core.faults import FaultRegistry
-    from alarmtop.core.storage.postgres.index import PgConn
+    from alarmtop.core.kernel.faults import FaultRegistry
+    from alarmtop.core.storage.postgres.database import PgConn
 
 ObjectKey = tuple[str, str]
 DEFAULT_POOL = 20
@@ -583,7 +583,7 @@ class PostgresBackend:
     async def share_faults(self, registry: FaultRegistry) -> None:
         """Make `registry` a mirror of the fleet's faults (kept until `close`): what it
         holds now is written first, ids get this node's name."""
-        from alarmtop.core.faults import Fault
+        from alarmtop.core.kernel.faults import Fault
         store = PgFaultStore(self._require_pool(), self.dsn, self.node_id)
         registry.id_suffix = f"@{self.node_id}"
         registry.sink = store

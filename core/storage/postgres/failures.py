@@ -3,7 +3,7 @@ happen and what to check, whatever asyncpg or the socket raised."""
 
 from __future__ import annotations
 
-from alarmtop.core.errors import StorageError
+from alarmtop.core.model.errors import StorageError
 
 
 def unreachable(exc: BaseException) -> bool:

@@ -19,17 +19,17 @@ import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from alarmtop.core.errors import SqlError, StorageError
+from alarmtop.core.model.errors import SqlError, StorageError
+from alarmtop.core.ports import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.interface import ExecResult
 from alarmtop.core.storage.postgres.failures import storage_error, unreachable
+from alarmtop.core.storage.postgres.object_sql import placeholders, rows_written
 from alarmtop.core.storage.postgres.schema import SCHEMA
-from alarmtop.core.storage.postgres.sql import placeholders, rows_written
 
 if TYPE_CHECKING:
     import asyncpg
 
-    from alarmtop.core.storage.postgres.index import PgConn, PooledConn
+    from alarmtop.core.storage.postgres.database import PgConn, PooledConn
 
 ObjectKey = tuple[str, str]
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]

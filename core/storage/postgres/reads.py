@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from alarmtop.core.storage import keys as K
-from alarmtop.core.storage.interface import Counts
-from alarmtop.core.storage.keys import Cursor
+from alarmtop.core.model import keys as K
+from alarmtop.core.model.keys import Cursor
+from alarmtop.core.ports import Counts
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 _ALARM_KEY = {"urgency": ("urgency", "object_class", "object_name"),
