@@ -42,7 +42,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from alarmtop.core.kernel.hooks import Plugin
-from alarmtop.core.model import hook_info as H
+from alarmtop.core.model import hook_info
 
 EXECUTION_CLASS = "Execution"  # core.durable.service's, not imported: it pulls the engine
 _MS = 1_000_000  # nanoseconds in a millisecond: OpenTelemetry times are ns
@@ -101,7 +101,7 @@ class OpenTelemetryPlugin(Plugin):
 
     # -- objects and alarms ---------------------------------------------------------------
 
-    def on_object_event_start(self, info: H.ObjectEventInfo) -> None:
+    def on_object_event_start(self, info: hook_info.ObjectEventInfo) -> None:
         if not self._traced(info.object_class):
             return
         parent = propagate.extract(info.propagation) if info.propagation else None
@@ -115,11 +115,11 @@ class OpenTelemetryPlugin(Plugin):
             "alarmtop.method": info.method,
         }, kind=SpanKind.SERVER if parent is not None else SpanKind.INTERNAL, parent=parent)
 
-    def on_object_event_end(self, info: H.ObjectEventEndInfo) -> None:
+    def on_object_event_end(self, info: hook_info.ObjectEventEndInfo) -> None:
         self._end(info.start, info.end_ms, {"alarmtop.outcome": info.outcome.value},
-                  info.error, info.outcome is not H.Outcome.OK)
+                  info.error, info.outcome is not hook_info.Outcome.OK)
 
-    def on_alarm_attempt_start(self, info: H.AlarmAttemptInfo) -> None:
+    def on_alarm_attempt_start(self, info: hook_info.AlarmAttemptInfo) -> None:
         if not self._traced(info.object_class):
             return
         self._start(info, f"alarmtop alarm {info.object_class}", info.start_ms, {
@@ -130,7 +130,7 @@ class OpenTelemetryPlugin(Plugin):
             "alarmtop.alarm.max_retries": info.max_retries,
         })
 
-    def on_alarm_attempt_end(self, info: H.AlarmAttemptEndInfo) -> None:
+    def on_alarm_attempt_end(self, info: hook_info.AlarmAttemptEndInfo) -> None:
         self._end(info.start, info.end_ms, {
             "alarmtop.alarm.outcome": info.outcome.value,
             "alarmtop.alarm.next_attempt_ms": info.next_attempt_ms,
@@ -138,7 +138,7 @@ class OpenTelemetryPlugin(Plugin):
 
     # -- executions -----------------------------------------------------------------------
 
-    def on_invocation_start(self, info: H.InvocationStartInfo) -> None:
+    def on_invocation_start(self, info: hook_info.InvocationStartInfo) -> None:
         # The trace of the code that started the execution, recorded with it; without
         # one, the context of the invocation's own task.
         parent = propagate.extract(info.propagation) if info.propagation else None
@@ -150,16 +150,16 @@ class OpenTelemetryPlugin(Plugin):
             "alarmtop.is_first_invocation": info.is_first_invocation,
         }, parent=parent)
 
-    def on_invocation_end(self, info: H.InvocationEndInfo) -> None:
+    def on_invocation_end(self, info: hook_info.InvocationEndInfo) -> None:
         error = info.error or {}
         self._end(info.start, info.end_ms, {
             "alarmtop.invocation.status": info.status.value,
             "alarmtop.execution.status": info.execution_status,
             "alarmtop.error.type": error.get("ErrorType"),
-        }, error.get("ErrorMessage") if info.status is H.InvocationStatus.FAILED else None,
-            info.status is H.InvocationStatus.FAILED)
+        }, error.get("ErrorMessage") if info.status is hook_info.InvocationStatus.FAILED else None,
+            info.status is hook_info.InvocationStatus.FAILED)
 
-    def on_user_function_start(self, info: H.UserFunctionStartInfo) -> None:
+    def on_user_function_start(self, info: hook_info.UserFunctionStartInfo) -> None:
         self._start(info, f"alarmtop {info.sub_type.lower()} {info.name or info.operation_id}",
                     info.start_ms, {
                         "alarmtop.execution.id": info.execution_id,
@@ -169,13 +169,13 @@ class OpenTelemetryPlugin(Plugin):
                         "alarmtop.step.attempt": info.attempt,
                     })
 
-    def on_user_function_end(self, info: H.UserFunctionEndInfo) -> None:
+    def on_user_function_end(self, info: hook_info.UserFunctionEndInfo) -> None:
         self._end(info.start, info.end_ms, {"alarmtop.step.outcome": info.outcome.value},
                   info.exception)
 
     # -- operators ------------------------------------------------------------------------
 
-    def on_command_start(self, info: H.CommandInfo) -> None:
+    def on_command_start(self, info: hook_info.CommandInfo) -> None:
         if info.query and not self.trace_queries:
             return
         self._start(info, f"alarmtop command {info.op}", info.start_ms, {
@@ -186,9 +186,9 @@ class OpenTelemetryPlugin(Plugin):
             "alarmtop.command.query": info.query,
         }, kind=SpanKind.SERVER)
 
-    def on_command_end(self, info: H.CommandEndInfo) -> None:
+    def on_command_end(self, info: hook_info.CommandEndInfo) -> None:
         self._end(info.start, info.end_ms, {"alarmtop.outcome": info.outcome.value},
-                  info.error, info.outcome is not H.Outcome.OK)
+                  info.error, info.outcome is not hook_info.Outcome.OK)
 
     # -- propagation ----------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from alarmtop.core.fleet.events import EventRing, FleetEvents
 from alarmtop.core.fleet.links import NodeClient, NodeLink, NodeServer
 from alarmtop.core.fleet.routing import FleetBackend, FleetRouter, Router
 from alarmtop.core.fleet.sockets import SOCKET_OPS, OwnedSockets
-from alarmtop.core.kernel import descriptors as limits
+from alarmtop.core.kernel import descriptors
 from alarmtop.core.kernel.alarms.attempt import AlarmDispatcher
 from alarmtop.core.kernel.alarms.scheduler import AlarmScheduler
 from alarmtop.core.kernel.clock import Clock, SystemClock
@@ -26,7 +26,7 @@ from alarmtop.core.kernel.hooks import INCOMING, Hooks
 from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.kernel.supervisor import Supervisor, tracker_of
-from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model import alarm_policy
 from alarmtop.core.model.alarm_pause import check_snooze
 from alarmtop.core.model.alarm_policy import (
     DEFAULT_KEEP,
@@ -298,14 +298,15 @@ class Runtime:
     def check_descriptors(self) -> int:
         """Fit the descriptor budget (see the class docs); the soft limit in force, -1
         for none. Raises `DescriptorBudget` when it cannot fit."""
-        open_now = limits.in_use()
+        open_now = descriptors.in_use()
         if self.running:
             # Open already: the runtime database, the objects resident now.
-            open_now = max(0, open_now - limits.FDS_PER_DATABASE * (1 + self.host.live_count))
-        need = limits.Need(databases=self.max_resident + 1, sockets=sum(self._reserved.values()),
+            open_now = max(0, open_now - descriptors.FDS_PER_DATABASE * (1 + self.host.live_count))
+        need = descriptors.Need(databases=self.max_resident + 1,
+                                sockets=sum(self._reserved.values()),
                            in_use=open_now, max_resident=self.max_resident,
                            sockets_what=" and ".join(self._reserved))
-        self.descriptor_limit = limits.fit(need)
+        self.descriptor_limit = descriptors.fit(need)
         return self.descriptor_limit
 
     async def start(self) -> None:
@@ -798,7 +799,7 @@ class Runtime:
                     raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
                                           f"{rec.state.value}, not a dead letter; nothing "
                                           "cleared")
-                await self.scheduler.commit(rec.key, P.delete_alarm(rec))
+                await self.scheduler.commit(rec.key, alarm_policy.delete_alarm(rec))
             return await self._operate(cls, name, action, clear)
         raise InvalidArgument(f"unknown alarm action {action!r}")
 

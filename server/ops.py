@@ -37,8 +37,7 @@ from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
 from alarmtop.core.kernel.executions.context import decode_callback_id
 from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
 from alarmtop.core.kernel.supervisor import Supervisor, patience
-from alarmtop.core.model import hook_info
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import hook_info, keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.model.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.ports import ObjectEntry
@@ -134,7 +133,7 @@ def alarm_cursor(rec: AlarmRecord, order: str) -> list[Any]:
     """The row's key in `order` (what `after` takes to go on after it)."""
     if order == "object":
         return [rec.object_class, rec.object_name]
-    return [K.alarm_urgency(rec.state, rec.retry_count, rec.next_attempt_ms),
+    return [keys.alarm_urgency(rec.state, rec.retry_count, rec.next_attempt_ms),
             rec.object_class, rec.object_name]
 
 
@@ -146,16 +145,16 @@ def execution_row(rec: ExecutionRecord) -> dict[str, Any]:
 
 
 def execution_cursor(rec: ExecutionRecord) -> list[Any]:
-    return [K.execution_urgency(rec.status.value, rec.updated_ms), rec.id]
+    return [keys.execution_urgency(rec.status.value, rec.updated_ms), rec.id]
 
 
-def cursor(listing: str, order: str, args: dict[str, Any]) -> K.Cursor | None:
+def cursor(listing: str, order: str, args: dict[str, Any]) -> keys.Cursor | None:
     """The `after` of a query, checked against the order it pages (or ProtocolError)."""
     value = args.get("after")
     if value is None:
         return None
     try:
-        return K.check_cursor(f"{listing}.{order}", value)
+        return keys.check_cursor(f"{listing}.{order}", value)
     except ValueError as exc:
         raise ProtocolError(f"{listing}: 'after' must be a cursor this listing gave (its "
                             f"'cursors'), as given: {exc}") from None

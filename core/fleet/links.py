@@ -28,9 +28,32 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from alarmtop.core.model import errors as E
-from alarmtop.core.model import execution_errors as DE
-from alarmtop.core.model.errors import NodeUnreachable, PeerDown, RemoteCallError
+from alarmtop.core.model.errors import (
+    DiskFull,
+    InvalidArgument,
+    InvalidObjectName,
+    LeaseLost,
+    NoAlarm,
+    NodeUnreachable,
+    NotSerializable,
+    ObjectBusy,
+    PeerDown,
+    ReentrantCall,
+    RemoteCallError,
+    RuntimeNotRunning,
+    ShardMoved,
+    SqlError,
+    StorageError,
+    UnknownMethod,
+    UnknownSocket,
+)
+from alarmtop.core.model.execution_errors import (
+    CallbackAlreadyCompleted,
+    InvalidExecutionState,
+    UnknownCallback,
+    UnknownExecution,
+    ValidationError,
+)
 
 log = logging.getLogger("alarmtop.fleet")
 # The transport's own chatter (connections opened and closed) is not the operator's
@@ -49,11 +72,11 @@ Listener = Callable[[dict[str, Any] | None], None]
 # Errors a caller sees as if the call had run on its own node.
 _KNOWN: dict[str, type[BaseException]] = {
     cls.__name__: cls for cls in (
-        E.UnknownMethod, E.NoAlarm, E.InvalidArgument, E.InvalidObjectName, E.NotSerializable,
-        E.ReentrantCall, E.StorageError, E.SqlError, E.DiskFull, E.RuntimeNotRunning,
-        E.ShardMoved, E.LeaseLost, E.ObjectBusy, E.UnknownSocket,
-        DE.UnknownExecution, DE.UnknownCallback, DE.CallbackAlreadyCompleted,
-        DE.InvalidExecutionState, DE.ValidationError, ValueError, KeyError, LookupError,
+        UnknownMethod, NoAlarm, InvalidArgument, InvalidObjectName, NotSerializable,
+        ReentrantCall, StorageError, SqlError, DiskFull, RuntimeNotRunning,
+        ShardMoved, LeaseLost, ObjectBusy, UnknownSocket,
+        UnknownExecution, UnknownCallback, CallbackAlreadyCompleted,
+        InvalidExecutionState, ValidationError, ValueError, KeyError, LookupError,
         RuntimeError, TypeError, PermissionError)}
 
 
@@ -190,7 +213,7 @@ class NodeServer:
         rid = request.get("id")
         try:
             if "invalid" in request:
-                raise E.InvalidArgument(request["invalid"])
+                raise InvalidArgument(request["invalid"])
             value = await self._handle(request, link)
             reply = {"id": rid, "ok": True, "value": value}
         except asyncio.CancelledError:
@@ -299,7 +322,7 @@ class NodeClient:
         told if the connection ends."""
         conn = await self._connected()
         if ref in self._streams:
-            raise E.InvalidArgument(f"stream {ref!r} is open already")
+            raise InvalidArgument(f"stream {ref!r} is open already")
         self._streams[ref] = (conn, listener)
         try:
             return await self._request_on(conn, op, timeout_s, fields)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from alarmtop.core.model import hook_info as H
+from alarmtop.core.model import hook_info
 
 log = logging.getLogger("alarmtop.plugins")
 REPEAT_LOG_EVERY_S = 60.0
@@ -49,41 +49,41 @@ class Plugin:
     """Base class of a plugin: every hook does nothing; override the ones you need."""
 
     # executions: the AWS durable execution SDK's hook names
-    def on_invocation_start(self, info: H.InvocationStartInfo) -> None:
+    def on_invocation_start(self, info: hook_info.InvocationStartInfo) -> None:
         """Before the handler runs, in the invocation's task."""
 
-    def on_invocation_end(self, info: H.InvocationEndInfo) -> None:
+    def on_invocation_end(self, info: hook_info.InvocationEndInfo) -> None:
         """After the invocation's outcome is durable: SUCCEEDED, FAILED, PENDING, RETRY."""
 
-    def on_operation_start(self, info: H.OperationStartInfo) -> None:
+    def on_operation_start(self, info: hook_info.OperationStartInfo) -> None:
         """When the handler first reaches an operation (a replay does not start it)."""
 
-    def on_operation_end(self, info: H.OperationEndInfo) -> None:
+    def on_operation_end(self, info: hook_info.OperationEndInfo) -> None:
         """When an operation's terminal status is durable (once per operation)."""
 
-    def on_user_function_start(self, info: H.UserFunctionStartInfo) -> None:
+    def on_user_function_start(self, info: hook_info.UserFunctionStartInfo) -> None:
         """Before each attempt of a step's body (a replayed step runs no attempt)."""
 
-    def on_user_function_end(self, info: H.UserFunctionEndInfo) -> None:
+    def on_user_function_end(self, info: hook_info.UserFunctionEndInfo) -> None:
         """After each attempt's body returned or raised, in the same task."""
 
     # objects, alarms, operators
-    def on_object_event_start(self, info: H.ObjectEventInfo) -> None:
+    def on_object_event_start(self, info: hook_info.ObjectEventInfo) -> None:
         """Before an event (call, alarm attempt, socket event) runs, in its task."""
 
-    def on_object_event_end(self, info: H.ObjectEventEndInfo) -> None:
+    def on_object_event_end(self, info: hook_info.ObjectEventEndInfo) -> None:
         """After the event's commit landed (or failed: outcome ABANDONED)."""
 
-    def on_alarm_attempt_start(self, info: H.AlarmAttemptInfo) -> None:
+    def on_alarm_attempt_start(self, info: hook_info.AlarmAttemptInfo) -> None:
         """Once the attempt's start is durable, before its event."""
 
-    def on_alarm_attempt_end(self, info: H.AlarmAttemptEndInfo) -> None:
+    def on_alarm_attempt_end(self, info: hook_info.AlarmAttemptEndInfo) -> None:
         """Once the attempt's end is recorded: ok, retry scheduled, dead, abandoned."""
 
-    def on_command_start(self, info: H.CommandInfo) -> None:
+    def on_command_start(self, info: hook_info.CommandInfo) -> None:
         """An ops-channel command or query starts."""
 
-    def on_command_end(self, info: H.CommandEndInfo) -> None:
+    def on_command_end(self, info: hook_info.CommandEndInfo) -> None:
         """It was answered."""
 
     def propagation_metadata(self) -> Mapping[str, str] | None:

@@ -22,8 +22,16 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from alarmtop.core.model import alarm_policy as P
-from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.model import alarm_policy
+from alarmtop.core.model.alarm_policy import (
+    DEFAULT_KEEP,
+    AlarmKey,
+    AlarmRecord,
+    AlarmState,
+    RetryPolicy,
+    Transition,
+    ann,
+)
 
 
 class Intent(NamedTuple):
@@ -72,7 +80,7 @@ class Verdict(enum.Enum):
 
 class Reconciled(NamedTuple):
     verdict: Verdict
-    fixed: P.Transition | None = None
+    fixed: Transition | None = None
 
 
 _RUN = Reconciled(Verdict.RUN, None)
@@ -98,17 +106,17 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
     if rec.paused_ms is not None:
         return _WAIT
     if rec.gen > intent.gen:
-        return Reconciled(Verdict.FIX, P.Transition(None, (P.ann(
+        return Reconciled(Verdict.FIX, Transition(None, (ann(
             "alarm.reconciled", rec, action="never committed", gen=rec.gen),)))
     if intent.gen > rec.gen:
         if intent.at_ms is None:
-            return Reconciled(Verdict.FIX, P.Transition(None, (P.ann("alarm.reconciled", rec,
+            return Reconciled(Verdict.FIX, Transition(None, (ann("alarm.reconciled", rec,
                                                            action="deleted", gen=intent.gen),)))
-        fresh = P.set_alarm(rec.key, intent.at_ms, intent.gen, rec.in_file).record
+        fresh = alarm_policy.set_alarm(rec.key, intent.at_ms, intent.gen, rec.in_file).record
         assert fresh is not None
         if intent.at_ms <= now_ms:
-            return Reconciled(Verdict.RUN, P.Transition(fresh))
-        return Reconciled(Verdict.FIX, P.Transition(fresh, (P.ann(
+            return Reconciled(Verdict.RUN, Transition(fresh))
+        return Reconciled(Verdict.FIX, Transition(fresh, (ann(
             "alarm.reconciled", fresh, action="moved", gen=intent.gen, at_ms=intent.at_ms),)))
     if rec.hint_ms is not None:
         unhinted = AlarmRecord(rec.object_class, rec.object_name, rec.scheduled_ms, rec.state,
@@ -116,8 +124,8 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
                                rec.attempts, rec.started_ms, rec.gen, None, 0, rec.in_file,
                                rec.attempt_count, rec.paused_ms)
         if unhinted.attempt_due and (unhinted.next_attempt_ms or 0) <= now_ms:
-            return Reconciled(Verdict.RUN, P.Transition(unhinted))
-        return Reconciled(Verdict.FIX, P.Transition(unhinted, (P.ann(
+            return Reconciled(Verdict.RUN, Transition(unhinted))
+        return Reconciled(Verdict.FIX, Transition(unhinted, (ann(
             "alarm.reconciled", rec, action="hint dropped", gen=rec.hint_gen),)))
     if rec.state is AlarmState.DEAD or (rec.next_attempt_ms or 0) > now_ms:
         return _WAIT
@@ -125,7 +133,7 @@ def reconcile(rec: AlarmRecord, intent: Intent, now_ms: int) -> Reconciled:
 
 
 def recover(rec: AlarmRecord, intent: Intent, now_ms: int, error: str, policy: RetryPolicy,
-            keep: int = P.DEFAULT_KEEP) -> P.Transition:
+            keep: int = DEFAULT_KEEP) -> Transition:
     """An attempt left `running` by a death (or a failed write at its end): a failed
     attempt, retried at once, counted.
 
@@ -134,26 +142,26 @@ def recover(rec: AlarmRecord, intent: Intent, now_ms: int, error: str, policy: R
     alarm it set is where the retry goes, counted as a retry.
     """
     if rec.gen > intent.gen:  # never committed (see `reconcile`)
-        return P.Transition(None, (P.ann("alarm.reconciled", rec, action="never committed",
+        return Transition(None, (ann("alarm.reconciled", rec, action="never committed",
                                          gen=rec.gen),))
     if intent.gen > rec.gen:
         if intent.at_ms is None:
-            return P.Transition(None, (P.ann("alarm.reconciled", rec, action="deleted",
+            return Transition(None, (ann("alarm.reconciled", rec, action="deleted",
                                               gen=intent.gen),))
-        tr = P.fail(rec, now_ms, error, policy, new_alarm_ms=intent.at_ms, crashed=True,
+        tr = alarm_policy.fail(rec, now_ms, error, policy, new_alarm_ms=intent.at_ms, crashed=True,
                     gen=intent.gen, keep=keep)
         if tr.record is not None and tr.record.state is AlarmState.RETRYING:
             # The commit landed, so the handler's own wish is known: the retry runs then.
-            return P.Transition(tr.record._replace(next_attempt_ms=intent.at_ms), tr.events)
+            return Transition(tr.record._replace(next_attempt_ms=intent.at_ms), tr.events)
         return tr
-    return P.fail(rec, now_ms, error, policy, crashed=True, keep=keep)
+    return alarm_policy.fail(rec, now_ms, error, policy, crashed=True, keep=keep)
 
 
 class CommitPlan(NamedTuple):
     """The index writes around an object's commit of a new intent."""
 
-    before: P.Transition | None  # made durable before the object commits
-    after: P.Transition | None  # made durable once it has
+    before: Transition | None  # made durable before the object commits
+    after: Transition | None  # made durable once it has
 
 
 def plan_change(key: AlarmKey, current: AlarmRecord | None, new: Intent,
@@ -169,11 +177,11 @@ def plan_change(key: AlarmKey, current: AlarmRecord | None, new: Intent,
     if new.at_ms is None:
         if current is None:
             return CommitPlan(None, None)
-        return CommitPlan(None, P.delete_alarm(current))
-    fresh = P.set_alarm(key, new.at_ms, new.gen, in_file)
+        return CommitPlan(None, alarm_policy.delete_alarm(current))
+    fresh = alarm_policy.set_alarm(key, new.at_ms, new.gen, in_file)
     if current is None:
         return CommitPlan(fresh, None)
     due = current.due_ms
-    before = None if due is not None and due <= new.at_ms else P.hint(current, new.at_ms,
+    before = None if due is not None and due <= new.at_ms else alarm_policy.hint(current, new.at_ms,
                                                                       new.gen, in_file)
     return CommitPlan(before, fresh)

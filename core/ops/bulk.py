@@ -43,8 +43,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.model import alarm_pause as Pause
-from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model import alarm_pause, alarm_policy
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState
 from alarmtop.core.model.bulk_actions import (
     MAX_ITEMS,
@@ -102,21 +101,21 @@ def _split(key: str) -> AlarmKey:
 
 
 def decide(action: str, rec: AlarmRecord | None, key: AlarmKey, now_ms: int,
-           at_ms: int | None) -> P.Transition:
+           at_ms: int | None) -> alarm_policy.Transition:
     """An alarm item's change, from its record alone (pure); raises with the reason the
     item fails."""
     if rec is None:
         raise NoAlarm(key[0], key[1], action.replace("_", " "))
     if action == "rearm":
-        return P.rearm(rec, now_ms if at_ms is None else at_ms)
+        return alarm_policy.rearm(rec, now_ms if at_ms is None else at_ms)
     if action == "fire_now":
-        Pause.refuse_fire_now(rec)
-        return P.fire_now(rec, now_ms)
+        alarm_pause.refuse_fire_now(rec)
+        return alarm_policy.fire_now(rec, now_ms)
     if action == "clear_dead_letter":
         if rec.state is not AlarmState.DEAD:
             raise InvalidArgument(f"{key[0]}/{key[1]}'s alarm is {rec.state.value}, not a dead "
                                   "letter; nothing cleared")
-        return P.delete_alarm(rec)
+        return alarm_policy.delete_alarm(rec)
     raise InvalidArgument(f"{action} is not decided from the record")
 
 
@@ -599,7 +598,7 @@ class BulkService:
             else:
                 slow.append(item)
         recs = await self.store.get_many([k for _, _, k in local]) if local else {}
-        changes: builtins.list[tuple[AlarmKey, P.Transition]] = []
+        changes: builtins.list[tuple[AlarmKey, alarm_policy.Transition]] = []
         outcomes: builtins.list[ItemOutcome] = []
         audit: builtins.list[dict[str, Any]] = []
         failures: builtins.list[tuple[str, str]] = []

@@ -139,8 +139,8 @@ async def test_a_cancel_answers_while_an_item_waits_on_a_busy_object(
     """The item in flight waits for the object's turn: the cancel answers "cancelling"
     by its bound (an operator's command must not run past its deadline), says so in an
     event, and the batch ends cancelled once the item has, with the reason audited."""
-    from alarmtop.core.ops import bulk as service
-    monkeypatch.setattr(service, "CANCEL_ANSWER_S", 0.2)
+    from alarmtop.core.ops import bulk
+    monkeypatch.setattr(bulk, "CANCEL_ANSWER_S", 0.2)
     gate = asyncio.Event()
     env: dict[str, Any] = {"gate": gate}
     rt = await make_runtime(Busy, env=env)
@@ -277,8 +277,8 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
     """Cut short by storage, the runner reads its batch again before going on; when that
     read fails too (the outage lasts), it waits and tries again instead of stopping."""
     from alarmtop.core.model.errors import StorageError
-    from alarmtop.core.ops import bulk as service
-    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops import bulk
+    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
     store = rt.bulk.store
@@ -310,8 +310,8 @@ async def test_a_runner_stopped_by_an_error_of_its_own_goes_on_and_says_why(
     """An error that is neither storage nor the fleet (a fault of alarmtop's own) does
     not leave the batch open with no runner, looking running until a restart: the
     runner says it in full and goes on after its pause, as a restart would."""
-    from alarmtop.core.ops import bulk as service
-    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops import bulk
+    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
     store = rt.bulk.store
@@ -383,8 +383,8 @@ async def test_an_item_whose_owner_is_not_reached_stays_open_and_is_done_on_the_
     """Not reaching an item's owner (a fleet node going away) is not the item's failure:
     nothing ran, so it stays open and the runner goes on after a pause."""
     from alarmtop.core.model.errors import NodeUnreachable
-    from alarmtop.core.ops import bulk as service
-    monkeypatch.setattr(service, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops import bulk
+    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     keys = [f"Job/p{i}" for i in range(5)]
     for key in keys:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from alarmtop.core.model import alarm_pause as Pause
+from alarmtop.core.model import alarm_pause
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.bulk_actions import (
     DEFAULT_THROTTLE,
@@ -126,16 +126,16 @@ def test_decide_from_the_record() -> None:
 
 def test_pause_keeps_the_record_and_is_never_due() -> None:
     rec = _rec(AlarmState.RETRYING, 5_000)
-    tr = Pause.pause(rec, 1_000, "why")
+    tr = alarm_pause.pause(rec, 1_000, "why")
     assert tr is not None and tr.record is not None
     assert tr.record.due_ms is None and tr.record.retry_count == 6
-    assert Pause.pause(tr.record, 2_000) is None  # paused already: nothing to write
-    back = Pause.resume(tr.record, 9_000)
+    assert alarm_pause.pause(tr.record, 2_000) is None  # paused already: nothing to write
+    back = alarm_pause.resume(tr.record, 9_000)
     assert back is not None and back.record == rec and back.events[0].data["overdue"]
-    assert Pause.snoozed_until(5_000, 1_000, 60_000) == 65_000
-    assert Pause.snoozed_until(5_000, 45_000, 60_000) == 105_000  # overdue: from now
+    assert alarm_pause.snoozed_until(5_000, 1_000, 60_000) == 65_000
+    assert alarm_pause.snoozed_until(5_000, 45_000, 60_000) == 105_000  # overdue: from now
     with pytest.raises(InvalidArgument, match="dead letter"):
-        Pause.snooze(_rec(), 0, 10)
+        alarm_pause.snooze(_rec(), 0, 10)
 
 
 def test_the_board_merges_in_key_order() -> None:

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from alarmtop.core import DurableObject
-from alarmtop.core.storage.sqlite import files
-from alarmtop.core.storage.sqlite import objects as sqlite_objects
+from alarmtop.core.storage.sqlite import files, objects
 from tests.conftest import RuntimeFactory
 
 pytestmark = pytest.mark.sqlite_only  # the files of the SQLite backend
@@ -32,7 +31,7 @@ async def test_every_new_folder_and_file_is_made_durable_in_its_parent(
         real(path)
 
     monkeypatch.setattr(files, "fsync_dir", record)
-    monkeypatch.setattr(sqlite_objects, "fsync_dir", record)
+    monkeypatch.setattr(objects, "fsync_dir", record)
     rt = await make_runtime(Box)
     await rt.get(Box, "b").put(1)
     made = [data_dir, data_dir / "objects", data_dir / "objects" / "Box"]

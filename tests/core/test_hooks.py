@@ -10,7 +10,7 @@ import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, VirtualClock
 from alarmtop.core.kernel.hooks import HOOKS, NO_HOOKS, FailureLog, Hooks, Plugin
-from alarmtop.core.model import hook_info as H
+from alarmtop.core.model import hook_info
 from tests.conftest import START_MS, RuntimeFactory
 
 
@@ -56,7 +56,7 @@ for _name in HOOKS:
 
 
 class Defines(Plugin):
-    def on_object_event_start(self, info: H.ObjectEventInfo) -> None:
+    def on_object_event_start(self, info: hook_info.ObjectEventInfo) -> None:
         pass
 
 
@@ -169,7 +169,7 @@ async def test_calls_are_told_start_and_end_with_their_outcome(
     assert [(s.object_class, s.object_name, s.event, s.method) for s in starts] == [
         ("Counter", "c", "call", "add"), ("Counter", "c", "call", "boom")]
     assert [e.start for e in ends] == starts
-    assert [e.outcome for e in ends] == [H.Outcome.OK, H.Outcome.ERROR]
+    assert [e.outcome for e in ends] == [hook_info.Outcome.OK, hook_info.Outcome.ERROR]
     assert isinstance(ends[1].error, ValueError)
     assert [name for name, _ in rec.heard] == ["on_object_event_start",
                                                "on_object_event_end"] * 2
@@ -192,8 +192,9 @@ async def test_alarm_attempts_are_told_their_retry_count_and_outcome(
     assert [(s.object_class, s.object_name, s.retry_count, s.max_retries) for s in starts] == [
         ("Counter", "a", 0, 2), ("Counter", "a", 1, 2), ("Counter", "a", 2, 2)]
     assert [e.start for e in ends] == starts
-    assert [e.outcome for e in ends] == [H.AlarmOutcome.RETRY_SCHEDULED,
-                                         H.AlarmOutcome.RETRY_SCHEDULED, H.AlarmOutcome.DEAD]
+    outcome = hook_info.AlarmOutcome
+    assert [e.outcome for e in ends] == [outcome.RETRY_SCHEDULED, outcome.RETRY_SCHEDULED,
+                                         outcome.DEAD]
     assert all("RuntimeError: flaky" in (e.error or "") for e in ends)
     assert ends[0].next_attempt_ms is not None and ends[0].next_attempt_ms > ends[0].end_ms
     assert ends[2].next_attempt_ms is None
@@ -210,7 +211,8 @@ async def test_alarm_attempts_are_told_their_retry_count_and_outcome(
     rec.heard.clear()
     await clock.advance(2)
     ends = rec.named("on_alarm_attempt_end")
-    assert [(e.retry_count, e.outcome, e.error) for e in ends] == [(0, H.AlarmOutcome.OK, None)]
+    assert [(e.retry_count, e.outcome, e.error) for e in ends] == [
+        (0, hook_info.AlarmOutcome.OK, None)]
 
 
 async def test_a_plugin_that_raises_everywhere_changes_nothing(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.storage.sqlite.database import URGENCY_SQL, SqliteAlarmIndex
@@ -98,7 +98,7 @@ async def keyed_pages(fetch: Callable[[Any], Awaitable[list[Any]]],
 
 
 def alarm_cursor(rec: AlarmRecord) -> tuple[Any, ...]:
-    return (K.alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms),
+    return (keys.alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms),
             rec.object_class, rec.object_name)
 
 
@@ -156,7 +156,7 @@ async def test_the_stored_urgency_is_the_key_function_and_its_sql(
         return conn.execute(f"SELECT state, retry_count, next_attempt_ms, urgency, "
                             f"{URGENCY_SQL} FROM alarms").fetchall()
     rows = await index.read_only(read)
-    assert rows and all(u == K.alarm_urgency(s, r, n) == sql for s, r, n, u, sql in rows)
+    assert rows and all(u == keys.alarm_urgency(s, r, n) == sql for s, r, n, u, sql in rows)
 
 
 def execution(eid: str, status: ExecutionStatus, updated_ms: int,
@@ -187,7 +187,7 @@ async def test_keyed_execution_pages_are_the_old_offset_pages(
                     f"{OLD_EXECUTION_ORDER}", params)
     new = await keyed_pages(
         lambda after: store.page(after, PAGE, status=status, contains=text),
-        lambda r: (K.execution_urgency(r.status.value, r.updated_ms), r.id))
+        lambda r: (keys.execution_urgency(r.status.value, r.updated_ms), r.id))
     assert [[(r.id,) for r in p] for p in new] == old
     assert await store.count(status, text) == sum(map(len, old))
 
@@ -330,13 +330,13 @@ async def test_pages_and_lookups_search_an_index_and_never_scan_or_sort_a_table(
         assert conn is not None
         conn.set_trace_callback(seen.append)
     try:
-        cursor = (K.alarm_urgency("pending", 0, START_MS), "Lease", "t5")
+        cursor = (keys.alarm_urgency("pending", 0, START_MS), "Lease", "t5")
         for state in (None, "pending", "dead"):
             for desc in (False, True):
                 await index.alarm_page(cursor, 10, state=state, desc=desc)
                 await index.alarm_page(("Lease", "t5"), 10, state=state, order="object",
                                        desc=desc)
-        await store.page((K.execution_urgency("running", START_MS), "e0"), 10)
+        await store.page((keys.execution_urgency("running", START_MS), "e0"), 10)
         await store.page(None, 10, status="running", desc=True)
         await store.audit_page((5,), 10)
         await index.object_page(("Lease", "t5"), 10)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import keys
 
 STATES = ("pending", "running", "retrying", "dead")
 STATUSES = ("running", "suspended", "succeeded", "failed", "timed_out", "needs_human",
@@ -33,28 +33,29 @@ def old_alarm_order(row: tuple[str, int, int | None, str, str]) -> tuple[Any, ..
 
 @given(alarms)
 def test_alarm_urgency_orders_as_the_old_order_by(rows: list[Any]) -> None:
-    by_key = sorted(rows, key=lambda r: (K.alarm_urgency(r[0], r[1], r[2]), r[3], r[4]))
+    by_key = sorted(rows, key=lambda r: (keys.alarm_urgency(r[0], r[1], r[2]), r[3], r[4]))
     assert by_key == sorted(rows, key=old_alarm_order)
 
 
 @given(st.sampled_from(STATES), st.integers(0, 10**6), times)
 def test_an_urgency_fits_a_signed_64_bit_column_and_its_state_range(
         state: str, retries: int, nxt: int | None) -> None:
-    u = K.alarm_urgency(state, retries, nxt)
-    low, high = K.alarm_rank_range(state)
+    u = keys.alarm_urgency(state, retries, nxt)
+    low, high = keys.alarm_rank_range(state)
     assert 0 <= low <= u < high <= 2**63 - 1
 
 
 def test_the_ranges_of_the_states_follow_the_urgency_order() -> None:
-    ranges = [K.alarm_rank_range(s) for s in ("dead", "retrying", "running", "pending")]
+    ranges = [keys.alarm_rank_range(s) for s in ("dead", "retrying", "running", "pending")]
     assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
 
 
 def test_retries_past_the_limit_tie_and_times_past_the_range_clamp() -> None:
-    assert K.alarm_urgency("retrying", K.RETRY_MAX, 5) == K.alarm_urgency("retrying", 10**9, 5)
-    assert K.alarm_urgency("pending", 0, 2**50) == K.alarm_urgency("pending", 0, 2**51)
+    assert keys.alarm_urgency("retrying", keys.RETRY_MAX, 5) == \
+        keys.alarm_urgency("retrying", 10**9, 5)
+    assert keys.alarm_urgency("pending", 0, 2**50) == keys.alarm_urgency("pending", 0, 2**51)
     # a dead letter (no next attempt) before any real time, the earliest included
-    assert K.alarm_urgency("dead", 3, None) < K.alarm_urgency("dead", 3, -(2**45))
+    assert keys.alarm_urgency("dead", 3, None) < keys.alarm_urgency("dead", 3, -(2**45))
 
 
 executions = st.lists(st.tuples(st.sampled_from(STATUSES),
@@ -68,13 +69,13 @@ def test_execution_urgency_orders_as_the_old_order_by(rows: list[Any]) -> None:
     to chance, which paging by offset cannot afford)."""
     rank = {"needs_human": 0, "failed": 1, "running": 2, "suspended": 3}
     old = sorted(rows, key=lambda r: (rank.get(r[0], 4), -r[1], r[2]))
-    assert sorted(rows, key=lambda r: (K.execution_urgency(r[0], r[1]), r[2])) == old
+    assert sorted(rows, key=lambda r: (keys.execution_urgency(r[0], r[1]), r[2])) == old
 
 
 @given(st.sampled_from(STATUSES), st.integers(-(2**46), 2**46))
 def test_an_execution_urgency_is_in_its_status_range(status: str, updated: int) -> None:
-    u = K.execution_urgency(status, updated)
-    low, high = K.execution_rank_range(status)
+    u = keys.execution_urgency(status, updated)
+    low, high = keys.execution_rank_range(status)
     assert 0 <= low <= u < high <= 2**63 - 1
 
 
@@ -83,7 +84,7 @@ def test_an_execution_urgency_is_in_its_status_range(status: str, updated: int) 
     ("executions.urgency", [7, "e1"]), ("objects.object", ("Quiet", "q1")),
     ("audit.seq", [12])])
 def test_a_cursor_of_the_right_shape_is_taken(order: str, value: Any) -> None:
-    assert K.check_cursor(order, value) == tuple(value)
+    assert keys.check_cursor(order, value) == tuple(value)
 
 
 @pytest.mark.parametrize(("order", "value"), [
@@ -92,4 +93,4 @@ def test_a_cursor_of_the_right_shape_is_taken(order: str, value: Any) -> None:
     ("executions.urgency", [1.5, "e1"]), ("objects.object", [None, "q"])])
 def test_a_cursor_of_another_shape_is_refused(order: str, value: Any) -> None:
     with pytest.raises(ValueError, match="cursor"):
-        K.check_cursor(order, value)
+        keys.check_cursor(order, value)

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime, VirtualClock
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.storage.postgres.backend import shard_of
@@ -43,7 +43,7 @@ def mixed_alarms(n: int = 150, seed: int = 3) -> list[AlarmRecord]:
 
 
 def urgency_key(rec: AlarmRecord) -> tuple[Any, ...]:
-    return (K.alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms),
+    return (keys.alarm_urgency(rec.state.value, rec.retry_count, rec.next_attempt_ms),
             rec.object_class, rec.object_name)
 
 
@@ -121,7 +121,7 @@ async def test_counters_are_a_recount_and_objects_are_known_by_any_source(
         alarms[5].key, ("Execution", "e2")}
 
     pages = await every_page(lambda after: store.page(after, PAGE),
-                             lambda r: (K.execution_urgency(r.status.value, r.updated_ms),
+                             lambda r: (keys.execution_urgency(r.status.value, r.updated_ms),
                                         r.id))
     assert [r.id for r in pages] == ["e1", "e2", "e0"]  # needs a human, running, done
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model import alarm_policy
 from alarmtop.core.model.alarm_policy import (
     AlarmRecord,
     AlarmState,
@@ -338,13 +338,13 @@ def test_an_alarm_keeps_its_first_and_last_attempts_and_counts_all() -> None:
     rec = AlarmRecord("Lease", "l1", T0, next_attempt_ms=T0)
     policy = RetryPolicy(max_retries=2_000, initial_delay_s=0)
     for i in range(1_000):
-        started = P.start_attempt(rec, T0 + i).record
+        started = alarm_policy.start_attempt(rec, T0 + i).record
         assert started is not None
-        tr = P.fail(started, T0 + i, f"boom {i}", policy, keep=20)
+        tr = alarm_policy.fail(started, T0 + i, f"boom {i}", policy, keep=20)
         assert tr.record is not None
         rec = tr.record
     assert rec.attempt_count == 1_000
-    assert len(rec.attempts) == P.KEEP_FIRST + 20
+    assert len(rec.attempts) == alarm_policy.KEEP_FIRST + 20
     assert [a.error for a in rec.attempts[:3]] == ["boom 0", "boom 1", "boom 2"]
     assert rec.attempts[-1].error == "boom 999"
     assert rec.attempts[3].error == "boom 980"

@@ -15,7 +15,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.model import hook_info as H
+from alarmtop.core.model import hook_info
 from alarmtop.core.model.operations import OpStatus, OpType
 from tests.conftest import RuntimeFactory
 from tests.core.test_hooks import Raises, Recorder
@@ -70,8 +70,8 @@ async def test_hooks_across_replay(make_runtime: RuntimeFactory, clock: VirtualC
         (1, True), (2, False), (3, False)]
     ends = rec.named("on_invocation_end")
     assert [e.start for e in ends] == starts
-    assert [e.status for e in ends] == [H.InvocationStatus.PENDING] * 2 + [
-        H.InvocationStatus.SUCCEEDED]
+    assert [e.status for e in ends] == [hook_info.InvocationStatus.PENDING] * 2 + [
+        hook_info.InvocationStatus.SUCCEEDED]
 
     # Each operation starts once and ends once, whatever replays it.
     op_starts = rec.named("on_operation_start")
@@ -86,9 +86,9 @@ async def test_hooks_across_replay(make_runtime: RuntimeFactory, clock: VirtualC
     # One attempt hook per attempt: "first" ran once (replayed twice), flaky twice.
     attempts = [(a.start.name, a.attempt, a.outcome)
                 for a in rec.named("on_user_function_end")]
-    assert attempts == [("first", 1, H.UserFunctionOutcome.SUCCEEDED),
-                        ("flaky", 1, H.UserFunctionOutcome.FAILED),
-                        ("flaky", 2, H.UserFunctionOutcome.SUCCEEDED)]
+    assert attempts == [("first", 1, hook_info.UserFunctionOutcome.SUCCEEDED),
+                        ("flaky", 1, hook_info.UserFunctionOutcome.FAILED),
+                        ("flaky", 2, hook_info.UserFunctionOutcome.SUCCEEDED)]
     failed = rec.named("on_user_function_end")[1]
     assert failed.error is not None and failed.error["ErrorMessage"] == "first try fails"
 
@@ -112,7 +112,7 @@ async def test_a_failed_execution_ends_its_invocation_failed(
     await clock.advance(0)
     assert (await rt.executions.describe("d1"))["status"] == "failed"
     ends = rec.named("on_invocation_end")
-    assert [(e.status, e.execution_status) for e in ends] == [(H.InvocationStatus.FAILED,
+    assert [(e.status, e.execution_status) for e in ends] == [(hook_info.InvocationStatus.FAILED,
                                                                 "failed")]
     assert ends[0].error is not None and "always" in ends[0].error["ErrorMessage"]
     op_end = rec.named("on_operation_end")

@@ -22,9 +22,7 @@ from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject
 from alarmtop.core.kernel.objects.host import EventKind, ObjectHost
 from alarmtop.core.kernel.objects.storage import EventEnd, Plan, Storage
-from alarmtop.core.model import alarm_intent as I
-from alarmtop.core.model import alarm_policy as P
-from alarmtop.core.model import hook_info
+from alarmtop.core.model import alarm_intent, alarm_policy, hook_info
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import AlarmHandlerTimeout, ShardMoved, StorageError
 
@@ -89,7 +87,7 @@ class AlarmDispatcher:
             sched.attempt_started(rec.key)
             attempt.registered = True
             started = attempt.started = attempt.row = await sched.commit(
-                rec.key, P.start_attempt(rec, now))
+                rec.key, alarm_policy.start_attempt(rec, now))
             assert started is not None
             hooks = self.hooks
             if hooks.on_alarm_attempt_start or hooks.on_alarm_attempt_end:
@@ -125,7 +123,8 @@ class AlarmDispatcher:
         this write (the attempt is still in flight). A lease that ran out refuses it:
         then the attempt ends as after a crash, as any attempt cut off does."""
         try:
-            await self._sched.commit(started.key, P.withdraw_attempt(started, before, why))
+            await self._sched.commit(started.key,
+                                     alarm_policy.withdraw_attempt(started, before, why))
         except Exception as exc:
             self._sched.repair_later(started, f"the attempt was cut off before its handler "
                                      f"ran: {why} ({exc})")
@@ -139,13 +138,14 @@ class AlarmDispatcher:
         self.hooks.fire(self.hooks.on_alarm_attempt_start, info)
         return info
 
-    async def intent_of(self, rec: AlarmRecord, storage: Storage | None = None) -> I.Intent:
+    async def intent_of(self, rec: AlarmRecord,
+                        storage: Storage | None = None) -> alarm_intent.Intent:
         """The object's committed intent for a record (its own row, or its database)."""
         if not rec.in_file:
-            return I.intent_of_row(rec)
+            return alarm_intent.intent_of_row(rec)
         if storage is not None:
             return await storage.load_intent()
-        return await self._host.read_intent(rec.key, I.intent_of_row(rec))
+        return await self._host.read_intent(rec.key, alarm_intent.intent_of_row(rec))
 
     async def _run_faults(self, rec: AlarmRecord) -> None:
         """Injected faults on this object: a delay before the handler, or a raise instead."""
@@ -178,7 +178,7 @@ class AlarmAttempt(EventKind):
         self._limit: Limit | None = None
         self._error: str | None = None
         self.hooked: hook_info.AlarmAttemptInfo | None = None  # told to the start hook
-        self.ended: P.Transition | None = None  # the end the commit recorded
+        self.ended: alarm_policy.Transition | None = None  # the end the commit recorded
 
     async def reconciled(self, storage: Storage, now: int) -> AlarmRecord | None:
         """The record to run after comparing it with the object's intent; None when
@@ -190,14 +190,14 @@ class AlarmAttempt(EventKind):
             # The database is damaged, quarantined or unreadable: the attempt goes ahead
             # on the row and fails on that same error, counted, to a dead letter that
             # names the file (rather than being retried unseen forever).
-            intent = I.intent_of_row(rec)
+            intent = alarm_intent.intent_of_row(rec)
         if not sched.still_current(rec):
             return None  # changed while the intent was read
-        verdict, fixed = I.reconcile(rec, intent, now)
-        if verdict is I.Verdict.WAIT:
+        verdict, fixed = alarm_intent.reconcile(rec, intent, now)
+        if verdict is alarm_intent.Verdict.WAIT:
             sched.put_back(rec)
             return None
-        if verdict is I.Verdict.FIX:
+        if verdict is alarm_intent.Verdict.FIX:
             await sched.commit(rec.key, fixed)
             return None
         if fixed is not None and fixed.record is not None:
@@ -231,12 +231,12 @@ class AlarmAttempt(EventKind):
             self._error = describe_error(error)
         return self
 
-    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
+    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: alarm_intent.Intent | None,
              in_file: bool) -> Plan:
         # Nothing goes first: the 'running' row makes a death here an attempt to retry.
         return (None, self._end(change, in_file))
 
-    def _end(self, change: I.Intent | None, in_file: bool) -> P.Transition:
+    def _end(self, change: alarm_intent.Intent | None, in_file: bool) -> alarm_policy.Transition:
         """The attempt's end in the index: succeeded, or failed (a retry, a dead letter),
         carrying the intent the handler committed (a new alarm, or none)."""
         d, started = self._d, self.started
@@ -245,11 +245,12 @@ class AlarmAttempt(EventKind):
         new_at = change.at_ms if change is not None else None
         gen = change.gen if change is not None else None
         if self._error is None:
-            self.ended = P.succeed(started, now, new_at, gen, in_file)
+            self.ended = alarm_policy.succeed(started, now, new_at, gen, in_file)
             return self.ended
         sched = d._sched
         sched.log_failure(started, self._error)
-        self.ended = P.fail(started, now, self._error, sched.policy_for(started.object_class),
+        self.ended = alarm_policy.fail(started, now, self._error,
+                                       sched.policy_for(started.object_class),
                             new_at, sched.rng, gen=gen, keep=sched.keep_attempts,
                             in_file=in_file)
         return self.ended
@@ -272,14 +273,14 @@ class AlarmAttempt(EventKind):
 
 
 def _outcome(rec: AlarmRecord | None) -> hook_info.AlarmOutcome:
-    if rec is None or rec.state is P.AlarmState.PENDING:
+    if rec is None or rec.state is alarm_policy.AlarmState.PENDING:
         return hook_info.AlarmOutcome.OK  # done, or the handler set its next alarm
-    if rec.state is P.AlarmState.DEAD:
+    if rec.state is alarm_policy.AlarmState.DEAD:
         return hook_info.AlarmOutcome.DEAD
     return hook_info.AlarmOutcome.RETRY_SCHEDULED
 
 
 def _next_ms(rec: AlarmRecord | None) -> int | None:
-    if rec is None or rec.state is P.AlarmState.DEAD:
+    if rec is None or rec.state is alarm_policy.AlarmState.DEAD:
         return None
     return rec.next_attempt_ms

@@ -26,9 +26,7 @@ from alarmtop.core.kernel.logs import (
     log_event,
 )
 from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
-from alarmtop.core.model import alarm_intent as I
-from alarmtop.core.model import alarm_pause as Pause
-from alarmtop.core.model import alarm_policy as P
+from alarmtop.core.model import alarm_intent, alarm_pause, alarm_policy
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
 from alarmtop.core.model.due_window import DueWindow
 from alarmtop.core.model.errors import LeaseLost
@@ -37,7 +35,7 @@ from alarmtop.core.ports import AlarmIndex, ExtraWrite
 
 _PENDING = object()
 FireFn = Callable[[AlarmRecord], Awaitable[None]]
-IntentOf = Callable[[AlarmRecord], Awaitable[I.Intent]]
+IntentOf = Callable[[AlarmRecord], Awaitable[alarm_intent.Intent]]
 # The paused alarms this node runs, with since when: (key, paused_ms).
 PausedOf = Callable[[], Awaitable[list[tuple[AlarmKey, int]]]]
 
@@ -47,7 +45,7 @@ class AlarmScheduler:
                  policy_for: Callable[[str], RetryPolicy], tasks: Supervisor, *,
                  max_concurrent: int,
                  window_size: int, sweep_interval_s: float,
-                 rng: random.Random | None = None, keep_attempts: int = P.DEFAULT_KEEP,
+                 rng: random.Random | None = None, keep_attempts: int = alarm_policy.DEFAULT_KEEP,
                  paused_of: PausedOf | None = None) -> None:
         self.index = index
         # In a fleet: whether this node does a thing the whole fleet does once.
@@ -187,7 +185,7 @@ class AlarmScheduler:
     async def _recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         assert self._intent_of is not None
         intent = await self._intent_of(rec)
-        tr = I.recover(rec, intent, self._clock.now_ms(), error,
+        tr = alarm_intent.recover(rec, intent, self._clock.now_ms(), error,
                        self.policy_for(rec.object_class), self.keep_attempts)
         out = await self.commit(rec.key, tr)
         self.log_failure(rec, error, crashed=True)
@@ -270,7 +268,7 @@ class AlarmScheduler:
             return rec
         return await self.index.get(key)
 
-    async def commit(self, key: AlarmKey, tr: P.Transition | None,
+    async def commit(self, key: AlarmKey, tr: alarm_policy.Transition | None,
                      extra: ExtraWrite | None = None, final: bool = False, *,
                      resume: bool = False) -> AlarmRecord | None:
         """Make a transition durable, then visible (window, events, wake the loop).
@@ -315,8 +313,8 @@ class AlarmScheduler:
         self._apply(key, tr, final)
         return rec
 
-    def _held(self, key: AlarmKey, tr: P.Transition,
-              resume: bool = False) -> tuple[P.Transition, int | None]:
+    def _held(self, key: AlarmKey, tr: alarm_policy.Transition,
+              resume: bool = False) -> tuple[alarm_policy.Transition, int | None]:
         """The write as it goes out (a paused alarm stays paused, unless this is its
         resume), and the pause known before it. The pause is noted when the write is
         queued, not when it lands: any write queued after it keeps it."""
@@ -325,7 +323,7 @@ class AlarmScheduler:
             return tr, None  # nothing is paused: the path of every firing
         was = paused.get(key)
         if not resume:
-            tr = Pause.carry(tr, was)
+            tr = alarm_pause.carry(tr, was)
         rec = tr.record
         if rec is None or rec.paused_ms is None:
             paused.pop(key, None)
@@ -340,13 +338,13 @@ class AlarmScheduler:
         else:
             self.paused[key] = was
 
-    async def commit_many(self, changes: Sequence[tuple[AlarmKey, P.Transition]],
+    async def commit_many(self, changes: Sequence[tuple[AlarmKey, alarm_policy.Transition]],
                           extra: ExtraWrite | None = None,
                           resumes: frozenset[AlarmKey] = frozenset()) -> None:
         """Make several transitions durable in one write, with `extra` (the bulk
         actions' item rows and audit), then visible; as `commit` does for one (the keys
         in `resumes` lift their pause)."""
-        held: list[tuple[AlarmKey, P.Transition, int | None]] = []
+        held: list[tuple[AlarmKey, alarm_policy.Transition, int | None]] = []
         for key, tr in changes:
             out, was = self._held(key, tr, key in resumes)
             held.append((key, out, was))
@@ -371,7 +369,7 @@ class AlarmScheduler:
         for key, tr, _ in held:
             self._apply(key, tr, True)
 
-    def _landed(self, held: list[tuple[AlarmKey, P.Transition, int | None]], final: bool,
+    def _landed(self, held: list[tuple[AlarmKey, alarm_policy.Transition, int | None]], final: bool,
                 fut: asyncio.Future[None]) -> None:
         ok = not fut.cancelled() and fut.exception() is None
         for key, tr, was in held:
@@ -380,7 +378,7 @@ class AlarmScheduler:
             else:
                 self._unheld(key, was)
 
-    def _apply(self, key: AlarmKey, tr: P.Transition, final: bool = False) -> None:
+    def _apply(self, key: AlarmKey, tr: alarm_policy.Transition, final: bool = False) -> None:
         """A transition is durable: the window, the bus and the loop learn of it."""
         rec = tr.record
         if rec is None:
@@ -416,7 +414,7 @@ class AlarmScheduler:
         if rec is None or rec.in_file:
             await self._submit((), (), write)
         else:
-            await self.commit(key, P.Transition(rec._replace(in_file=True)), write)
+            await self.commit(key, alarm_policy.Transition(rec._replace(in_file=True)), write)
 
     async def undo(self, key: AlarmKey, written: AlarmRecord | None,
                    previous: AlarmRecord | None) -> None:
@@ -425,7 +423,7 @@ class AlarmScheduler:
         current = await self.lookup(key)
         if written is None or current != written:
             return
-        restore = P.Transition(previous) if previous is not None else P.Transition(None)
+        restore = alarm_policy.Transition(previous)
         try:
             await self.commit(key, restore)
         except Exception as exc:
@@ -536,24 +534,24 @@ class AlarmScheduler:
     # -- operator actions -----------------------------------------------------------------
 
     async def rearm(self, rec: AlarmRecord, at_ms: int) -> AlarmRecord | None:
-        return await self.commit(rec.key, P.rearm(rec, at_ms))
+        return await self.commit(rec.key, alarm_policy.rearm(rec, at_ms))
 
     async def fire_now(self, rec: AlarmRecord) -> AlarmRecord | None:
-        Pause.refuse_fire_now(rec)
-        return await self.commit(rec.key, P.fire_now(rec, self._clock.now_ms()))
+        alarm_pause.refuse_fire_now(rec)
+        return await self.commit(rec.key, alarm_policy.fire_now(rec, self._clock.now_ms()))
 
     async def pause(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
-        return await self.commit(rec.key, Pause.pause(rec, self._clock.now_ms(), reason))
+        return await self.commit(rec.key, alarm_pause.pause(rec, self._clock.now_ms(), reason))
 
     async def resume(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
-        tr = Pause.resume(rec, self._clock.now_ms(), reason)
+        tr = alarm_pause.resume(rec, self._clock.now_ms(), reason)
         if tr is None:
             return await self.lookup(rec.key)
         return await self.commit(rec.key, tr, resume=True)
 
     async def snooze(self, rec: AlarmRecord, by_ms: int,
                      reason: str | None = None) -> AlarmRecord | None:
-        return await self.commit(rec.key, Pause.snooze(rec, self._clock.now_ms(), by_ms,
+        return await self.commit(rec.key, alarm_pause.snooze(rec, self._clock.now_ms(), by_ms,
                                                        reason))
 
     # -- the sweeper ----------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from alarmtop.core.kernel.executions import execution_hooks as lifecycle
+from alarmtop.core.kernel.executions import execution_hooks
 from alarmtop.core.kernel.executions.batch import BatchResult, BatchSpec, run_batch
 from alarmtop.core.kernel.faults import FaultRegistry, InjectedFault
 from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
@@ -195,7 +195,7 @@ class Invocation:
             if announce is not None:
                 announce(self.record, events)
             if ended is not None:
-                lifecycle.operation_ended(ended, self.record, op, self.clock.now_ms())
+                execution_hooks.operation_ended(ended, self.record, op, self.clock.now_ms())
         elif announce is not None or ended is not None:
             record, clock = self.record, self.clock
 
@@ -204,7 +204,7 @@ class Invocation:
                     if announce is not None:
                         announce(record, events)
                     if ended is not None:
-                        lifecycle.operation_ended(ended, record, op, clock.now_ms())
+                        execution_hooks.operation_ended(ended, record, op, clock.now_ms())
             fut.add_done_callback(landed)
 
     def faults_armed(self) -> bool:
@@ -355,7 +355,7 @@ class DurableContext:
         rec = OperationRecord(op_id, op_type, sub_type, name, parent_id or self._record_parent,
                               started_ms=now, **fields)
         if inv.hooks.on_operation_start:
-            lifecycle.operation_started(inv.hooks, inv.execution_id, rec, now)
+            execution_hooks.operation_started(inv.hooks, inv.execution_id, rec, now)
         return rec
 
     # -- step -----------------------------------------------------------------------------
@@ -409,7 +409,7 @@ class DurableContext:
         inv.crash_point(label, "A")
         token = current_step.set((inv.execution_id, rec.id, label))
         hooks = inv.hooks
-        told = lifecycle.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
             if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
             inv.raise_fault(label)
@@ -421,16 +421,16 @@ class DurableContext:
                 value = await value
         except Exception as exc:
             if told is not None:
-                lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
+                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
             return await self._step_failed(rec, cfg, exc, rec.attempt, started)
         except BaseException as exc:  # cancelled: the attempt ends all the same
             if told is not None:
-                lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
+                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
             raise
         finally:
             current_step.reset(token)
         if told is not None:
-            lifecycle.attempt_ended(hooks, told, self._clock_ms(), None)
+            execution_hooks.attempt_ended(hooks, told, self._clock_ms(), None)
         try:
             text = serdes.serialize(value)
         except (TypeError, ValueError) as exc:
@@ -667,7 +667,7 @@ class DurableContext:
         advance(rec, OpStatus.STARTED).attempt += 1
         await inv.save(rec, inv.event("StepStarted", rec), wait=False)
         hooks = inv.hooks
-        told = lifecycle.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
             if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
             try:
@@ -676,10 +676,10 @@ class DurableContext:
                     value = await value
             except BaseException as exc:
                 if told is not None:
-                    lifecycle.attempt_ended(hooks, told, self._clock_ms(), exc)
+                    execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
                 raise
             if told is not None:
-                lifecycle.attempt_ended(hooks, told, self._clock_ms(), None)
+                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), None)
             decision = decide_poll(config.wait_strategy, value, rec.attempt, inv.rng)
         except Exception as exc:
             err = error_object(exc)

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.kernel.executions import execution_hooks as lifecycle
+from alarmtop.core.kernel.executions import execution_hooks
 from alarmtop.core.kernel.executions.context import DurableContext, Invocation, encode_callback_id
 from alarmtop.core.kernel.executions.replay_check import replay_check
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject, ObjectContext
@@ -186,7 +186,7 @@ class ExecutionObject(DurableObject):
         rec = st.record
         hooks = self.engine.hooks_of(rec.name, rec.version)
         if hooks.on_operation_end:
-            lifecycle.operations_ended_after_commit(hooks, rec, [op for op in ops if op.done],
+            execution_hooks.operations_ended_after_commit(hooks, rec, [op for op in ops if op.done],
                                                     self.ctx.now_ms)
 
     # -- the alarm: timers, then one invocation -------------------------------------------
@@ -265,7 +265,7 @@ class ExecutionObject(DurableObject):
             told, self._told = self._told, None
             if told is not None:
                 rec = st.record
-                lifecycle.invocation_ended(self.engine.hooks_of(rec.name, rec.version), told,
+                execution_hooks.invocation_ended(self.engine.hooks_of(rec.name, rec.version), told,
                                            rec, self.ctx.now_ms, died)
 
     async def _invoke_once(self, st: _Loaded, changed: list[OperationRecord],
@@ -286,7 +286,7 @@ class ExecutionObject(DurableObject):
         begun = self._queue(st, changed, events, inv.chain)
         hooks = inv.hooks = engine.hooks_of(rec.name, rec.version)
         if hooks.on_invocation_start or hooks.on_invocation_end:
-            self._told = lifecycle.invocation_started(hooks, rec, started)
+            self._told = execution_hooks.invocation_started(hooks, rec, started)
         inv.announce = engine.deliver_history
         inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]

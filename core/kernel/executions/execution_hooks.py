@@ -13,17 +13,26 @@ from typing import Any
 
 from alarmtop.core.kernel import outbox
 from alarmtop.core.kernel.hooks import Hooks
-from alarmtop.core.model import hook_info as H
 from alarmtop.core.model.execution_errors import error_object
+from alarmtop.core.model.hook_info import (
+    InvocationEndInfo,
+    InvocationStartInfo,
+    InvocationStatus,
+    OperationEndInfo,
+    OperationStartInfo,
+    UserFunctionEndInfo,
+    UserFunctionOutcome,
+    UserFunctionStartInfo,
+)
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus, OperationRecord
 
 _STATUS = {
-    ExecutionStatus.SUCCEEDED: H.InvocationStatus.SUCCEEDED,
-    ExecutionStatus.FAILED: H.InvocationStatus.FAILED,
-    ExecutionStatus.ABORTED: H.InvocationStatus.FAILED,
-    ExecutionStatus.TIMED_OUT: H.InvocationStatus.FAILED,
-    ExecutionStatus.SUSPENDED: H.InvocationStatus.PENDING,
-    ExecutionStatus.NEEDS_HUMAN: H.InvocationStatus.PENDING,
+    ExecutionStatus.SUCCEEDED: InvocationStatus.SUCCEEDED,
+    ExecutionStatus.FAILED: InvocationStatus.FAILED,
+    ExecutionStatus.ABORTED: InvocationStatus.FAILED,
+    ExecutionStatus.TIMED_OUT: InvocationStatus.FAILED,
+    ExecutionStatus.SUSPENDED: InvocationStatus.PENDING,
+    ExecutionStatus.NEEDS_HUMAN: InvocationStatus.PENDING,
 }
 
 
@@ -40,32 +49,32 @@ def after_commit(fire: Callable[[bool], None]) -> None:
 # -- invocations ------------------------------------------------------------------------
 
 def invocation_started(hooks: Hooks, rec: ExecutionRecord, now_ms: int
-                       ) -> H.InvocationStartInfo:
-    info = H.InvocationStartInfo(rec.id, rec.name, rec.version, rec.invocations,
+                       ) -> InvocationStartInfo:
+    info = InvocationStartInfo(rec.id, rec.name, rec.version, rec.invocations,
                                  rec.invocations == 1, now_ms, rec.created_ms, rec.trace)
     hooks.fire(hooks.on_invocation_start, info)
     return info
 
 
-def invocation_ended(hooks: Hooks, start: H.InvocationStartInfo, rec: ExecutionRecord,
+def invocation_ended(hooks: Hooks, start: InvocationStartInfo, rec: ExecutionRecord,
                      now_ms: Callable[[], int], died: BaseException | None) -> None:
     """Tell the end hook after the commit: the record's outcome, or RETRY when the
     invocation died (`died`) or its commit failed."""
     if not hooks.on_invocation_end:
         return
     if died is None:
-        status = _STATUS.get(rec.status, H.InvocationStatus.PENDING)
-        error = rec.error if status is H.InvocationStatus.FAILED else None
+        status = _STATUS.get(rec.status, InvocationStatus.PENDING)
+        error = rec.error if status is InvocationStatus.FAILED else None
         execution_status = rec.status.value
     else:
-        status, execution_status = H.InvocationStatus.RETRY, "running"
+        status, execution_status = InvocationStatus.RETRY, "running"
         error = {"ErrorType": type(died).__name__, "ErrorMessage": str(died)}
 
     def fire(landed: bool) -> None:
         if landed:
-            info = H.InvocationEndInfo(start, status, now_ms(), execution_status, error)
+            info = InvocationEndInfo(start, status, now_ms(), execution_status, error)
         else:
-            info = H.InvocationEndInfo(start, H.InvocationStatus.RETRY, now_ms(), "running", {
+            info = InvocationEndInfo(start, InvocationStatus.RETRY, now_ms(), "running", {
                 "ErrorType": "CommitFailed",
                 "ErrorMessage": "the invocation's outcome could not be made durable; it "
                                 "runs again"})
@@ -78,14 +87,14 @@ def invocation_ended(hooks: Hooks, start: H.InvocationStartInfo, rec: ExecutionR
 
 def operation_started(hooks: Hooks, execution_id: str, op: OperationRecord,
                       now_ms: int) -> None:
-    hooks.fire(hooks.on_operation_start, H.OperationStartInfo(
+    hooks.fire(hooks.on_operation_start, OperationStartInfo(
         execution_id, op.id, op.type, op.sub_type, op.name, op.parent_id, now_ms))
 
 
 def operation_ended(hooks: Hooks, rec: ExecutionRecord, op: OperationRecord,
                     now_ms: int) -> None:
     """`op` reached its terminal status, durably (the caller knows it landed)."""
-    hooks.fire(hooks.on_operation_end, H.OperationEndInfo(
+    hooks.fire(hooks.on_operation_end, OperationEndInfo(
         rec.id, op.id, op.type, op.sub_type, op.name, op.parent_id, op.status, op.started_ms,
         op.ended_ms if op.ended_ms is not None else now_ms,
         op.attempt or None, op.error, rec.trace))
@@ -109,17 +118,17 @@ def operations_ended_after_commit(hooks: Hooks, rec: ExecutionRecord,
 # -- step attempts ----------------------------------------------------------------------
 
 def attempt_started(hooks: Hooks, execution_id: str, op: OperationRecord,
-                    now_ms: int) -> H.UserFunctionStartInfo:
-    info = H.UserFunctionStartInfo(execution_id, op.id, op.type, op.sub_type, op.name,
+                    now_ms: int) -> UserFunctionStartInfo:
+    info = UserFunctionStartInfo(execution_id, op.id, op.type, op.sub_type, op.name,
                                    op.parent_id, op.attempt, now_ms)
     hooks.fire(hooks.on_user_function_start, info)
     return info
 
 
-def attempt_ended(hooks: Hooks, start: H.UserFunctionStartInfo, now_ms: int,
+def attempt_ended(hooks: Hooks, start: UserFunctionStartInfo, now_ms: int,
                   exc: BaseException | None, error: dict[str, Any] | None = None) -> None:
-    outcome = H.UserFunctionOutcome.SUCCEEDED if exc is None else H.UserFunctionOutcome.FAILED
+    outcome = UserFunctionOutcome.SUCCEEDED if exc is None else UserFunctionOutcome.FAILED
     if exc is not None and error is None:
         error = error_object(exc)
-    hooks.fire(hooks.on_user_function_end, H.UserFunctionEndInfo(start, outcome, now_ms, error,
+    hooks.fire(hooks.on_user_function_end, UserFunctionEndInfo(start, outcome, now_ms, error,
                                                                  exc))

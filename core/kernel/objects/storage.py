@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, overload
 
-from alarmtop.core.model import alarm_intent as I
+from alarmtop.core.model import alarm_intent
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, Transition
 from alarmtop.core.model.errors import InvalidArgument
 from alarmtop.core.model.serialization import alarm_time_ms, to_json
@@ -61,7 +61,7 @@ class AlarmAccess(Protocol):
 
 
 # Opens the object's database: (key, create, intent to write into a new file).
-StoreOpener = Callable[[AlarmKey, bool, I.Intent], Awaitable["ObjectStore | None"]]
+StoreOpener = Callable[[AlarmKey, bool, alarm_intent.Intent], Awaitable["ObjectStore | None"]]
 
 
 Plan = tuple[Transition | None, Transition | None]  # (before the commit, after it)
@@ -74,7 +74,7 @@ class EventEnd(Protocol):
     # or None: then it is looked up.
     row: AlarmRecord | None
 
-    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
+    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: alarm_intent.Intent | None,
              in_file: bool) -> Plan:
         """The index writes around the object's commit of `change` (None: the event did
         not touch its alarm): `before` is made durable first (a wake hint), `after` once
@@ -88,11 +88,11 @@ class CallEnd:
 
     row: AlarmRecord | None = None
 
-    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: I.Intent | None,
+    def plan(self, key: AlarmKey, current: AlarmRecord | None, change: alarm_intent.Intent | None,
              in_file: bool) -> Plan:
         if change is None:
             return (None, None)
-        return I.plan_change(key, current, change, in_file)
+        return alarm_intent.plan_change(key, current, change, in_file)
 
 
 CALL_END = CallEnd()
@@ -150,7 +150,8 @@ class Storage:
         self._preserve_alarm = delete_all_preserves_alarm
         self._store: ObjectStore | None = None
         self._savepoints = 0
-        self._intent: I.Intent | None = None  # committed, loaded lazily, cached once durable
+        # Committed, loaded lazily, cached once durable.
+        self._intent: alarm_intent.Intent | None = None
         # This event's change of the alarm, if any (`_changed`), and what it asks for.
         self._changed = False
         self._wanted: int | None = None
@@ -191,7 +192,7 @@ class Storage:
             self._deferred = []
         self._deferred.append(write)
 
-    async def load_intent(self) -> I.Intent:
+    async def load_intent(self) -> alarm_intent.Intent:
         """The committed intent: from the object's database if it has one (cached while
         it is open), else its index row (read each time: the row is the intent)."""
         if self._store is not None:
@@ -199,17 +200,17 @@ class Storage:
         rec = await self._alarms.lookup(self._key)
         if (rec is not None and not rec.in_file) or (
                 rec is None and not self._alarms.may_have_file(self._key)):
-            return I.intent_of_row(rec)
+            return alarm_intent.intent_of_row(rec)
         # No row says it has none: the object may have a database (open it if so).
-        store = await self._open_store(self._key, False, I.intent_of_row(rec))
+        store = await self._open_store(self._key, False, alarm_intent.intent_of_row(rec))
         if store is None:
-            return I.intent_of_row(rec)
+            return alarm_intent.intent_of_row(rec)
         self._store = store
         return await self._file_intent(store)
 
-    async def _file_intent(self, store: ObjectStore) -> I.Intent:
+    async def _file_intent(self, store: ObjectStore) -> alarm_intent.Intent:
         if self._intent is None:
-            self._intent = I.Intent(*await store.read_intent())
+            self._intent = alarm_intent.Intent(*await store.read_intent())
         return self._intent
 
     async def commit_event(self, end: EventEnd = CALL_END) -> BaseException | None:
@@ -226,7 +227,7 @@ class Storage:
         changed, wanted = self._changed, self._wanted
         # The event is over, whatever happens below.
         self._changed, self._wanted, self._in_alarm = False, None, False
-        change: I.Intent | None = None
+        change: alarm_intent.Intent | None = None
         current: AlarmRecord | None = None
         if changed:
             if store is None:
@@ -245,7 +246,7 @@ class Storage:
                     base_gen = current.gen if current is not None else 0
             else:
                 base_gen = (await self._file_intent(store)).gen
-            change = I.Intent(base_gen + 1, wanted)
+            change = alarm_intent.Intent(base_gen + 1, wanted)
         if store is not None:
             if deferred:
                 raise InvalidArgument("runtime-database writes ride only the commit of an "
@@ -261,14 +262,14 @@ class Storage:
         return None
 
     async def _commit_in_file(self, store: ObjectStore, end: EventEnd,
-                              change: I.Intent | None) -> BaseException | None:
+                              change: alarm_intent.Intent | None) -> BaseException | None:
         key = self._key
         current = await self._alarms.lookup(key) if change is not None else None
         if change is not None and current is not None:
             # Never a generation the row has seen: a row written ahead of a commit that
             # never landed holds the next one, and must not pass for this intent's.
             gen = max(change.gen, current.gen + 1, current.hint_gen + 1)
-            change = I.Intent(gen, change.at_ms)
+            change = alarm_intent.Intent(gen, change.at_ms)
         before, tr = end.plan(key, current, change, True)
         written: AlarmRecord | None = None
         try:
@@ -311,7 +312,7 @@ class Storage:
         if store is None:
             # The intent of the row goes into a database that has none (a new one, or
             # one written before intents lived there).
-            row_intent = I.intent_of_row(await self._alarms.lookup(self._key))
+            row_intent = alarm_intent.intent_of_row(await self._alarms.lookup(self._key))
             store = await self._open_store(self._key, False, row_intent)
             if store is None:
                 # A new database: the index learns first that the intent may live in it.
@@ -394,7 +395,7 @@ class Storage:
         if self._in_alarm:
             return None
         intent = await self.load_intent()
-        return I.user_view(intent, await self._alarms.lookup(self._key))
+        return alarm_intent.user_view(intent, await self._alarms.lookup(self._key))
 
     async def set_alarm(self, at: Any) -> None:
         """Schedule the object's one alarm (epoch ms or an aware datetime), replacing any."""

@@ -22,7 +22,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.model import leases as L
+from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.storage.postgres.database import PgAlarmIndex
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionStore
@@ -164,7 +164,7 @@ class PostgresBackend:
         self.address: str | None = None  # where other nodes reach this one
         self.cluster_secret = ""
         self.step: int | None = None  # shards moved per lease round (None: all at once)
-        self.nodes_seen: list[L.NodeRow] = []
+        self.nodes_seen: list[leases.NodeRow] = []
         # This process, as the node `node_id` (`nodes.incarnation`): another process
         # started with the same node id is told apart by it.
         self.incarnation = secrets.token_hex(8)
@@ -404,14 +404,14 @@ class PostgresBackend:
                     sorted(self.epochs))
                 still = {int(r[0]): int(r[1]) for r in renewed
                          if self.epochs.get(int(r[0])) == int(r[1])}
-                rows = [L.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3]), r[4]) for r in
+                rows = [leases.ShardRow(int(r[0]), r[1], int(r[2]), int(r[3]), r[4]) for r in
                         await conn.fetch(f"SELECT shard, owner, epoch, expires_ms, offered_to "
                                          f"FROM {SCHEMA}.shards ORDER BY shard")]
-                nodes = [L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
+                nodes = [leases.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
                     f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")]
-                live = L.live_nodes(nodes, now, self.lease_ms)
+                live = leases.live_nodes(nodes, now, self.lease_ms)
                 first = not self._rounds
-                decided = L.plan(self.node_id, rows, live, now, self.shards, step=self.step,
+                decided = leases.plan(self.node_id, rows, live, now, self.shards, step=self.step,
                                  mine=frozenset() if first else frozenset(still),
                                  restarted=first)
                 claimed = {}
@@ -512,8 +512,9 @@ class PostgresBackend:
         """Claim a shard that has no live owner, for a call that needs it now."""
         now = wall_ms()
         async with self._require_pool().acquire() as conn:
-            live = L.live_nodes([L.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in await conn.fetch(
-                f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")],
+            rows = await conn.fetch(
+                f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")
+            live = leases.live_nodes([leases.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in rows],
                 now, self.lease_ms)
             row = await conn.fetchrow(
                 f"UPDATE {SCHEMA}.shards SET owner = $1, epoch = epoch + 1, expires_ms = $2, "

@@ -26,7 +26,7 @@ from alarmtop.core.model.keys import Cursor
 from alarmtop.core.ports import Counts, ObjectEntry
 from alarmtop.core.storage.batches import coalesce
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.postgres import reads as R
+from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.failures import storage_error
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -124,7 +124,7 @@ class PgAlarmIndex:
 
     async def open(self) -> None:
         self._conn = await self._connect()
-        self._counts = R.parse_counters(await self._conn.fetch(R.COUNTERS_SQL))
+        self._counts = reads.parse_counters(await self._conn.fetch(reads.COUNTERS_SQL))
         self._counters_read = asyncio.get_running_loop().time()
         self._committer = asyncio.get_running_loop().create_task(self._commit_loop(),
                                                                  name="pg-committer")
@@ -245,7 +245,7 @@ class PgAlarmIndex:
             self._counters_stale = True
             return
         try:
-            self._counts = R.parse_counters(await conn.fetch(R.COUNTERS_SQL))
+            self._counts = reads.parse_counters(await conn.fetch(reads.COUNTERS_SQL))
             self._counters_read = asyncio.get_running_loop().time()
             self._counters_stale = False
         except Exception as exc:
@@ -388,13 +388,13 @@ class PgAlarmIndex:
                          offset: int = 0, state: str | None = None,
                          contains: str | None = None, order: str = "urgency",
                          desc: bool = False) -> list[AlarmRecord]:
-        sql, params = R.alarm_page(COLUMNS, after, limit, offset=offset, state=state,
+        sql, params = reads.alarm_page(COLUMNS, after, limit, offset=offset, state=state,
                                    contains=contains, order=order, desc=desc)
         return [from_row(r) for r in await self._fetch(sql, *params)]
 
     async def count(self, state: str | None = None, contains: str | None = None) -> int:
         if contains:
-            sql, params = R.alarm_count(state, contains)
+            sql, params = reads.alarm_count(state, contains)
             return int((await self._fetch(sql, *params))[0][0])
         alarms = self.counters().alarms
         return alarms.get(state, 0) if state else sum(alarms.values())
@@ -404,7 +404,7 @@ class PgAlarmIndex:
 
     async def recount(self) -> Counts:
         async def read(conn: PgConn) -> Counts:
-            q = R.RECOUNT
+            q = reads.RECOUNT
             alarms = dict.fromkeys((s.value for s in AlarmState), 0)
             alarms.update({r[0]: int(r[1]) for r in await conn.fetch(q["alarms"])})
             retries = {(r[0], int(r[1])): int(r[2]) for r in await conn.fetch(q["retries"])}
@@ -422,14 +422,14 @@ class PgAlarmIndex:
     async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
                           offset: int = 0, contains: str | None = None,
                           desc: bool = False) -> list[ObjectEntry]:
-        sql, params = R.object_page(after, limit, offset=offset, contains=contains, desc=desc)
+        sql, params = reads.object_page(after, limit, offset=offset, contains=contains, desc=desc)
         return [ObjectEntry(r[0], r[1], bool(r[2] & 1), bool(r[2] & 4), r[3],
                             None if r[3] == "dead" else r[4], r[5] is not None)
                 for r in await self._fetch(sql, *params)]
 
     async def count_known(self, contains: str | None = None) -> int:
         if contains:
-            sql, params = R.known_count(contains)
+            sql, params = reads.known_count(contains)
             return int((await self._fetch(sql, *params))[0][0])
         return self.counters().known
 
@@ -437,7 +437,7 @@ class PgAlarmIndex:
         keys = list(keys)
         if not keys:
             return set()
-        rows = await self._fetch(R.KNOWN_AMONG, [k[0] for k in keys], [k[1] for k in keys])
+        rows = await self._fetch(reads.KNOWN_AMONG, [k[0] for k in keys], [k[1] for k in keys])
         return {(r[0], r[1]) for r in rows}
 
     # -- objects that have storage --------------------------------------------------------

@@ -23,7 +23,7 @@ from alarmtop.core.model.execution_timers import (
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
 from alarmtop.core.ports import LogChain
-from alarmtop.core.storage.postgres import reads as R
+from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.database import COLUMNS, PgAlarmIndex, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -463,14 +463,14 @@ class PgExecutionStore:
                    status: str | None = None, contains: str | None = None,
                    desc: bool = False) -> builtins.list[ExecutionRecord]:
         """By the urgency index (schema.py: the counters migration), on a pooled connection."""
-        sql, params = R.execution_page(after, limit, offset=offset, status=status,
+        sql, params = reads.execution_page(after, limit, offset=offset, status=status,
                                        contains=contains, desc=desc)
         return [ExecutionRecord.from_dict(json.loads(r[0]))
                 for r in await self._db._fetch(sql, *params)]
 
     async def count(self, status: str | None = None, contains: str | None = None) -> int:
         if contains:
-            sql, params = R.execution_count(status, contains)
+            sql, params = reads.execution_count(status, contains)
             return int((await self._db._fetch(sql, *params))[0][0])
         counts = await self.counts()
         return counts.get(status, 0) if status else sum(counts.values())
@@ -524,8 +524,8 @@ class PgExecutionStore:
     async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
                          offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
         """By `seq` (the table's own key)."""
-        sql, params = R.audit_page(after, limit, offset=offset, desc=desc)
-        out = [dict(zip(R.AUDIT_COLUMNS, r, strict=True))
+        sql, params = reads.audit_page(after, limit, offset=offset, desc=desc)
+        out = [dict(zip(reads.AUDIT_COLUMNS, r, strict=True))
                for r in await self._db._fetch(sql, *params)]
         for d in out:
             d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import keys
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.ports import Counts
 from alarmtop.core.storage.postgres.schema import SCHEMA
@@ -66,8 +66,8 @@ def alarm_page(columns: str, after: Cursor | None, limit: int, *, offset: int,
     key = _ALARM_KEY[order]
     p = Params()
     terms: list[str] = []
-    if state in K.ALARM_RANK and order == "urgency":
-        low, high = K.alarm_rank_range(state)  # a state is one range of the urgency index
+    if state in keys.ALARM_RANK and order == "urgency":
+        low, high = keys.alarm_rank_range(state)  # a state is one range of the urgency index
         terms += [f"urgency >= {p(low)}", f"urgency < {p(high)}"]
     elif state:
         terms.append(f"state = {p(state)}")  # the (state, class, name) index serves this
@@ -149,7 +149,7 @@ def audit_page(after: Cursor | None, limit: int, *, offset: int,
 def parse_counters(rows: Sequence[Any]) -> Counts:
     """`Counts` from the summed rows of the counters table (every alarm state, zeros
     included, as on SQLite)."""
-    alarms: dict[str, int] = dict.fromkeys(K.ALARM_RANK, 0)
+    alarms: dict[str, int] = dict.fromkeys(keys.ALARM_RANK, 0)
     retries: dict[tuple[str, int], int] = {}
     executions: dict[str, int] = {}
     objects: dict[str, int] = {}

@@ -34,8 +34,7 @@ from alarmtop.core.model.keys import Cursor
 from alarmtop.core.ports import Counts, ObjectEntry
 from alarmtop.core.storage.batches import coalesce
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.sqlite import counters as C
-from alarmtop.core.storage.sqlite import reads as R
+from alarmtop.core.storage.sqlite import counters, reads
 from alarmtop.core.storage.sqlite.files import create_private, make_dirs
 from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 
@@ -140,8 +139,8 @@ class SqliteAlarmIndex:
         # thread after each one), and its parse (made on demand, on the loop).
         self._counter_rows: list[tuple[Any, ...]] = []
         self._parsed: tuple[list[tuple[Any, ...]], Counts] | None = None
-        self._reader = R.ReadConnection(path, busy_timeout_s, self._error)
-        self._states = C.StateCache()  # on the database thread only
+        self._reader = reads.ReadConnection(path, busy_timeout_s, self._error)
+        self._states = counters.StateCache()  # on the database thread only
 
     async def _run(self, fn: Callable[..., T], *args: Any, doing: str = "reading") -> T:
         loop = asyncio.get_running_loop()
@@ -183,7 +182,7 @@ class SqliteAlarmIndex:
                         "SqliteBackend(data_dir, on_corrupt_index='quarantine') to move it "
                         "aside, salvage what is readable and carry on", str(self.path))
             migrate(conn, RUNTIME_MIGRATIONS)
-            self._counter_rows = R.read_counters(conn)
+            self._counter_rows = reads.read_counters(conn)
         except (sqlite3.DatabaseError, StorageError) as exc:
             if conn is not None:
                 conn.close()
@@ -232,14 +231,14 @@ class SqliteAlarmIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.execute(f"UPDATE alarms SET urgency = {URGENCY_SQL}")
-                C.rebuild(conn)
+                counters.rebuild(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
             self._states.clear()
-            self._counter_rows = R.read_counters(conn)
+            self._counter_rows = reads.read_counters(conn)
         finally:
             old.close()
         return out
@@ -374,9 +373,10 @@ class SqliteAlarmIndex:
             FAULT_POINTS.hit("index.commit.before", keys=list(final), extras=len(extras))
         conn.execute("BEGIN IMMEDIATE")
         try:
-            new = C.new_states(final)
+            new = counters.new_states(final)
             if final:
-                C.write_tally(conn, *C.tally(self._states.old_states(conn, final), new))
+                old = self._states.old_states(conn, final)
+                counters.write_tally(conn, *counters.tally(old, new))
             dels = [k for k, v in final.items() if v is None]
             if dels:
                 conn.executemany(
@@ -390,7 +390,7 @@ class SqliteAlarmIndex:
             self._states.committed(new)
             # Read back what the triggers counted (a page of a few dozen rows): readers
             # of `counters()` then see every write whose future has completed.
-            self._counter_rows = R.read_counters(conn)
+            self._counter_rows = reads.read_counters(conn)
         except BaseException:
             # A failed COMMIT (disk full) may already have rolled back: a second
             # ROLLBACK would replace the real error with "no transaction is active".
@@ -443,25 +443,25 @@ class SqliteAlarmIndex:
                          offset: int = 0, state: str | None = None,
                          contains: str | None = None, order: str = "urgency",
                          desc: bool = False) -> list[AlarmRecord]:
-        rows = await self._reader.run(lambda conn: R.alarm_page(
+        rows = await self._reader.run(lambda conn: reads.alarm_page(
             conn, _COLUMNS, after, limit, offset=offset, state=state, contains=contains,
             order=order, desc=desc))
         return [_from_row(r) for r in rows]
 
     async def count(self, state: str | None = None, contains: str | None = None) -> int:
         if contains:
-            return await self._reader.run(lambda conn: R.alarm_count(conn, state, contains))
+            return await self._reader.run(lambda conn: reads.alarm_count(conn, state, contains))
         alarms = self.counters().alarms
         return alarms.get(state, 0) if state else sum(alarms.values())
 
     def counters(self) -> Counts:
         rows, parsed = self._counter_rows, self._parsed
         if parsed is None or parsed[0] is not rows:
-            parsed = self._parsed = (rows, R.parse_counters(rows))
+            parsed = self._parsed = (rows, reads.parse_counters(rows))
         return parsed[1]
 
     async def recount(self) -> Counts:
-        return await self._reader.run(R.recount)
+        return await self._reader.run(reads.recount)
 
     async def counts(self) -> dict[str, int]:
         return self.counters().by_state()
@@ -472,19 +472,19 @@ class SqliteAlarmIndex:
     async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
                           offset: int = 0, contains: str | None = None,
                           desc: bool = False) -> list[ObjectEntry]:
-        return await self._reader.run(lambda conn: R.object_page(
+        return await self._reader.run(lambda conn: reads.object_page(
             conn, after, limit, offset=offset, contains=contains, desc=desc))
 
     async def count_known(self, contains: str | None = None) -> int:
         if contains:
-            return await self._reader.run(lambda conn: R.known_count(conn, contains))
+            return await self._reader.run(lambda conn: reads.known_count(conn, contains))
         return self.counters().known
 
     async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
         keys = list(keys)
         if not keys:
             return set()
-        return await self._reader.run(lambda conn: R.known_among(conn, keys))
+        return await self._reader.run(lambda conn: reads.known_among(conn, keys))
 
     async def read_only(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run a listing on the read connection (never the writer's thread)."""
@@ -545,7 +545,7 @@ class SqliteAlarmIndex:
                 conn.execute("UPDATE upgrades SET at_ms = ? WHERE name = ?",
                              (time.time_ns() // 1_000_000, name))
                 conn.execute("COMMIT")
-                self._counter_rows = R.read_counters(conn)
+                self._counter_rows = reads.read_counters(conn)
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")

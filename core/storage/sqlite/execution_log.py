@@ -23,7 +23,7 @@ from alarmtop.core.model.execution_timers import (
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
 from alarmtop.core.ports import LogChain
-from alarmtop.core.storage.sqlite import reads as R
+from alarmtop.core.storage.sqlite import reads
 from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
@@ -171,13 +171,13 @@ class SqliteExecutionStore:
                    status: str | None = None, contains: str | None = None,
                    desc: bool = False) -> builtins.list[ExecutionRecord]:
         """On the read connection, by the urgency index (migrations.py: the counters)."""
-        rows = await self._db.read_only(lambda conn: R.execution_page(
+        rows = await self._db.read_only(lambda conn: reads.execution_page(
             conn, after, limit, offset=offset, status=status, contains=contains, desc=desc))
         return [ExecutionRecord.from_dict(d) for d in rows]
 
     async def count(self, status: str | None = None, contains: str | None = None) -> int:
         if contains:
-            return await self._db.read_only(lambda conn: R.execution_count(conn, status,
+            return await self._db.read_only(lambda conn: reads.execution_count(conn, status,
                                                                             contains))
         counts = await self.counts()
         return counts.get(status, 0) if status else sum(counts.values())
@@ -232,7 +232,7 @@ class SqliteExecutionStore:
     async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
                          offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
         """On the read connection, by `seq` (the table's own key)."""
-        return await self._db.read_only(lambda conn: R.audit_page(
+        return await self._db.read_only(lambda conn: reads.audit_page(
             conn, after, limit, offset=offset, desc=desc))
 
 

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alarmtop.core.model import keys as K
+from alarmtop.core.model import keys
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.ports import Counts, ObjectEntry
 
@@ -163,10 +163,10 @@ def alarm_page(conn: sqlite3.Connection, columns: str, after: Cursor | None, lim
     key = _ALARM_KEY[order]
     terms: list[str] = []
     params: list[Any] = []
-    if state in K.ALARM_RANK and order == "urgency":
+    if state in keys.ALARM_RANK and order == "urgency":
         # A state is one rank: a range of the urgency index, not a filter of its rows
         # (which would read each row from the table where the index alone answers).
-        bounds = rank_bounds(K.alarm_rank_range(state), after, desc)
+        bounds = rank_bounds(keys.alarm_rank_range(state), after, desc)
         if bounds is None:
             return []
         after, more_terms, more_params = bounds
@@ -203,8 +203,8 @@ def alarm_count(conn: sqlite3.Connection, state: str | None, contains: str) -> i
     """Alarms whose `Class/name` contains a text (in a state): a walk of an index."""
     terms: list[str] = [_ALARM_TEXT]
     params: list[Any] = [contains]
-    if state in K.ALARM_RANK:
-        low, high = K.alarm_rank_range(state)
+    if state in keys.ALARM_RANK:
+        low, high = keys.alarm_rank_range(state)
         terms = ["urgency >= ?", "urgency < ?", *terms]
         params = [low, high, contains]
     elif state:
@@ -313,7 +313,7 @@ def audit_rows(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 def recount(conn: sqlite3.Connection) -> Counts:
     """Every count from the rows themselves: what the counters must equal."""
-    alarms = {s: 0 for s in K.ALARM_RANK}
+    alarms = {s: 0 for s in keys.ALARM_RANK}
     alarms.update(dict(conn.execute("SELECT state, count(*) FROM alarms GROUP BY state")))
     retries = {(c, r): n for c, r, n in conn.execute(
         "SELECT object_class, retry_count, count(*) FROM alarms WHERE retry_count > 0 "
