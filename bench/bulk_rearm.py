@@ -54,7 +54,7 @@ async def run(args: Any) -> dict[str, Any]:
     try:
         now = rt.clock.now_ms()
         for i in range(0, args.items, WRITE_CHUNK):
-            await rt.backend.alarm_index.write([
+            await rt.backend.database.write([
                 AlarmRecord("Dead", f"d{j:07d}", now - 60_000, AlarmState.DEAD, 6, None,
                             f"boom {j}") for j in range(i, min(args.items, i + WRITE_CHUNK))])
         first = rt.clock.now_ms() + 200
@@ -70,7 +70,7 @@ async def run(args: Any) -> dict[str, Any]:
         t_done = time.monotonic()
         env["on"] = False
         assert batch["done"] == args.items and batch["failed"] == 0, batch
-        counts = await rt.backend.alarm_index.counts()
+        counts = await rt.backend.alarm_rows.counts()
         assert counts["dead"] == 0, counts
         audit = await rt.audit.list(limit=3)
         assert any(r["action"] == "bulk_rearm" for r in audit)

@@ -96,9 +96,9 @@ async def fill(data: Path, pending: int) -> None:
     rt.register(Quiet)
     await rt.start()
     base = int(time.time() * 1000) + 2 * HOUR_MS
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     for lo in range(0, pending, BATCH):
-        await index.write([AlarmRecord("Quiet", f"p{i:06d}", base + i, next_attempt_ms=base + i)
+        await db.write([AlarmRecord("Quiet", f"p{i:06d}", base + i, next_attempt_ms=base + i)
                            for i in range(lo, min(pending, lo + BATCH))])
     await rt.stop()
 

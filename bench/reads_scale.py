@@ -101,15 +101,15 @@ async def fill(data: Path, pending: int) -> dict[str, float]:
     rt.register(Quiet)
     await rt.start()
     base = int(time.time() * 1000) + 2 * HOUR_MS
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     t0 = time.perf_counter()
     for lo in range(0, pending, BATCH):
-        await index.write([AlarmRecord("Quiet", f"p{i:06d}", base + i, next_attempt_ms=base + i)
+        await db.write([AlarmRecord("Quiet", f"p{i:06d}", base + i, next_attempt_ms=base + i)
                            for i in range(lo, min(pending, lo + BATCH))])
-    await index.write([AlarmRecord("Quiet", f"r{i:04d}", base, AlarmState.RETRYING,
+    await db.write([AlarmRecord("Quiet", f"r{i:04d}", base, AlarmState.RETRYING,
                                    retry_count=1 + i % 6, next_attempt_ms=base + i,
                                    last_error="RuntimeError: flaky") for i in range(1000)])
-    await index.write([AlarmRecord("Quiet", f"d{i:03d}", base, AlarmState.DEAD, retry_count=6,
+    await db.write([AlarmRecord("Quiet", f"d{i:03d}", base, AlarmState.DEAD, retry_count=6,
                                    last_error="RuntimeError: gone") for i in range(100)])
     took = time.perf_counter() - t0
     await rt.stop()

@@ -1,9 +1,13 @@
-"""What the runtime needs from storage, independent of the database behind it.
+"""The protocols the kernel needs, and what storage implements (SQLite, PostgreSQL).
 
-The SQLite implementation is the embedded default; a PostgreSQL one (several
-runtime nodes, due alarms claimed with FOR UPDATE SKIP LOCKED, objects owned
-through lease rows) implements the same protocols. Nothing above this layer may
-assume SQLite or a single process.
+`RuntimeDatabase` is the runtime's own database: one writer, group commit, and on
+PostgreSQL the fenced commit; it knows no table. The stores ride its commits:
+`AlarmRows` (every object's alarm), `ExecutionLog` (checkpoints, history, ledger),
+`AuditRows`, `OperatorRows` (pauses, the timers board, bulk batches). Each object
+has an `ObjectStore` of its own. `StorageBackend` builds and opens them all.
+
+`Clock` is time and nothing else. Nothing here imports asyncio's loop, a driver
+or a socket; the values exchanged are `alarmtop.core.model`'s.
 """
 
 from __future__ import annotations
@@ -11,72 +15,70 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.bulk_items import PREP_CHUNK, ItemOutcome
+from alarmtop.core.model.faults import Fault
 from alarmtop.core.model.keys import Cursor
+from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.model.selection import Selection
+from alarmtop.core.model.storage_values import Counts, ExecResult, LogChain, ObjectEntry
 
-if TYPE_CHECKING:
-    from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
-
-# A write of the backend's own tables, given the backend's connection.
-ExtraWrite = Callable[[Any], None]
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """The outcome of one SQL statement run for an object."""
-
-    columns: tuple[str, ...]
-    rows: list[dict[str, Any]]
-    rows_written: int
+# A write of the runtime database's own tables, given the backend's connection (SQLite:
+# a plain function; PostgreSQL: a coroutine function), run inside one of its commits.
+ExtraWrite = Callable[[Any], Any]
+OpWrite = ExtraWrite
 
 
-@dataclass(frozen=True)
-class Counts:
-    """The counts an operator watches, kept by the backend with the writes that change
-    them (in the same transaction), so reading them costs nothing however many rows
-    there are, and they are exact after any crash.
+class Timer(Protocol):
+    """A timer set on a `Clock`: cancellable until it fires."""
 
-    `retries` counts alarms retrying or running a retry, by (class, retry count):
-    whether such an alarm is near exhaustion depends on its class's policy, which
-    the runtime knows and the backend does not (`near_exhaustion`).
-    """
-
-    alarms: Mapping[str, int] = field(default_factory=dict)  # by state
-    retries: Mapping[tuple[str, int], int] = field(default_factory=dict)
-    executions: Mapping[str, int] = field(default_factory=dict)  # by status
-    stored: int = 0  # objects that have a database of their own
-    known: int = 0  # objects known at all: a database, an alarm row or an execution
-
-    def near_exhaustion(self, max_retries: Callable[[str], int]) -> int:
-        """Alarms whose next failure makes them dead letters, given each class's limit."""
-        return sum(n for (cls, retries), n in self.retries.items()
-                   if retries >= max_retries(cls))
-
-    def by_state(self) -> dict[str, int]:
-        """Alarms by state, every state named (0 where there is none)."""
-        from alarmtop.core.model.alarm_policy import AlarmState
-        counts = {s.value: 0 for s in AlarmState}
-        counts.update(self.alarms)
-        return counts
-
-    def retry_rows(self) -> list[tuple[str, int, int]]:
-        """(class, retry count, how many) over alarms retrying or running a retry."""
-        return [(cls, retries, n) for (cls, retries), n in self.retries.items()]
+    def cancel(self) -> None: ...
 
 
-class ObjectEntry(NamedTuple):
-    """An object the runtime knows of, as the objects listing shows it."""
+class Clock(Protocol):
+    """What the runtime needs from time, and nothing else: tasks and idleness belong
+    to the supervisor (`kernel.supervisor`); a clock whose `advance` must wait for the
+    runtime to be idle (the virtual one) carries a `BusyTracker` as `tracker`."""
 
-    object_class: str
-    object_name: str
-    stored: bool  # it has a database of its own
-    execution: bool  # it is an execution (its log lives in the runtime's database)
-    alarm_state: str | None
-    next_attempt_ms: int | None
-    alarm_paused: bool = False  # an operator paused its alarm
+    def now_ms(self) -> int: ...
+
+    def call_at_ms(self, when_ms: int, callback: Callable[[], None]) -> Timer: ...
+
+    async def sleep_until_ms(self, when_ms: int) -> None: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RuntimeDatabase(Protocol):
+    """The runtime's own database: every durable write of the runtime goes through
+    `submit`, in one queue, committed in groups by one writer (one transaction, one
+    fsync, for every write queued meanwhile; on PostgreSQL fenced by this node's shard
+    leases in the same transaction). It knows no table: the stores hand it keyed rows
+    (the alarm rows, coalesced per object within a batch) and writes of their own.
+
+    A failed batch is retried write by write, so one bad write fails alone; a write
+    that depends on an earlier refused one (`LogChain`) refuses too."""
+
+    path: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def submit(self, puts: Sequence[AlarmRecord] = (), deletes: Sequence[AlarmKey] = (),
+               extra: ExtraWrite | None = None) -> asyncio.Future[None]:
+        """Queue a write now (its order among writes is fixed when this is called) and
+        return the future that says when it is durable (or why it failed)."""
+        ...
+
+    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = (),
+                    extra: ExtraWrite | None = None) -> None:
+        """`submit`, awaited: store rows and remove keys durably, with `extra` (other
+        tables) in the same transaction: a log and the alarm that acts on it land
+        together or not at all."""
+        ...
 
 
 class ObjectStore(Protocol):
@@ -127,27 +129,9 @@ class ObjectStore(Protocol):
     async def close(self) -> None: ...
 
 
-class AlarmIndex(Protocol):
-    """Every object's alarm, with writes that are durable when they return."""
-
-    async def open(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def submit(self, puts: Sequence[AlarmRecord] = (), deletes: Sequence[AlarmKey] = (),
-               extra: ExtraWrite | None = None) -> asyncio.Future[None]:
-        """Queue a write now (its order among writes is fixed when this is called) and
-        return the future that says when it is durable (or why it failed)."""
-        ...
-
-    async def write(self, puts: Sequence[AlarmRecord], deletes: Sequence[AlarmKey] = (),
-                    extra: ExtraWrite | None = None) -> None:
-        """Store records and remove keys, durably; concurrent calls share commits.
-
-        `extra` writes the backend's other tables (execution logs) in the same
-        transaction: a log and the alarm that acts on it land together or not at all.
-        """
-        ...
+class AlarmRows(Protocol):
+    """Every object's alarm row (written through `RuntimeDatabase.submit`, read here),
+    and the index of the objects the runtime knows."""
 
     async def get(self, key: AlarmKey) -> AlarmRecord | None: ...
 
@@ -238,23 +222,8 @@ class AlarmIndex(Protocol):
         ...
 
 
-class LogChain:
-    """The writes of one invocation's log, which land in order or not at all.
-
-    An invocation queues some checkpoints without waiting for them (its start, a
-    step's start): a later one implies the earlier ones. That holds for a death (the
-    queue goes in order), not for a refused write (a lock fails one batch, the next
-    lands). Once a write of the chain is refused, every later one refuses too, so the
-    log never has a hole: the invocation is abandoned and retried from what landed."""
-
-    __slots__ = ("broken",)
-
-    def __init__(self) -> None:
-        self.broken = False
-
-
-class ExecutionStore(Protocol):
-    """Execution logs, history, the idempotency ledger and the audit log.
+class ExecutionLog(Protocol):
+    """Execution logs, history and the idempotency ledger.
 
     Writes ride the backend's commits: `checkpoint` queues one now (its place among
     writes is fixed when it is called) and returns a future to await for durability;
@@ -329,6 +298,10 @@ class ExecutionStore(Protocol):
 
     async def ledger_get(self, key: str) -> dict[str, Any] | None: ...
 
+
+class AuditRows(Protocol):
+    """The audit log: one row per operator command, whatever its outcome."""
+
     async def audit_append(self, entry: dict[str, Any]) -> None: ...
 
     async def audit_list(self, limit: int = 100,
@@ -340,14 +313,111 @@ class ExecutionStore(Protocol):
         ...
 
 
+class OperatorRows(Protocol):
+    """What the operator tools need from storage: paused alarms, the timers board, bulk
+    batches. Writes (`*_write`) ride the runtime database's commit like every other,
+    so that an item's outcome, its audit row and the alarm change it made land in one
+    transaction or not at all; reads page by key over an index (no OFFSET)."""
+
+    # -- alarms: pause and the timers board ------------------------------------------------
+
+    async def paused(self, mine: bool = True) -> list[tuple[AlarmKey, int]]:
+        """Every paused alarm (of this node's shards with `mine`), with since when."""
+        ...
+
+    async def get_many(self, keys: Sequence[AlarmKey]) -> dict[AlarmKey, AlarmRecord]:
+        """The rows of `keys` that exist, in one read."""
+        ...
+
+    async def board_alarms(self, limit: int, after: tuple[int, str, str] | None, *,
+                           paused: bool, until_ms: int | None,
+                           skip_class: str) -> list[AlarmRecord]:
+        """Pending and retrying alarms by (due, class, name) after `after`, up to
+        `until_ms`: the ones not paused by their `due_ms` (the due index), or the paused
+        ones by their next attempt (an index of their own). `skip_class`'s rows (the
+        executions', which the board shows by their timers) are left out."""
+        ...
+
+    # -- selections ---------------------------------------------------------------------
+
+    async def count_selected(self, sel: Selection) -> int: ...
+
+    async def sample_selected(self, sel: Selection, limit: int) -> list[str]:
+        """The first keys (in key order) a selection matches."""
+        ...
+
+    # -- batches ------------------------------------------------------------------------
+
+    async def create_batch(self, row: dict[str, Any], keys: Sequence[str] | None) -> None:
+        """The batch row and, when it was given keys, its items (seq 1..n), in one write."""
+        ...
+
+    async def prepare_step(self, batch_id: str, sel: Selection, after: str | None,
+                           limit: int = PREP_CHUNK) -> tuple[int, str | None]:
+        """Record up to `limit` more of the keys `sel` matches after the key `after`, in
+        one write that also moves the batch's total and where preparing goes on; the
+        last one sets it running. Returns (items recorded, the last key or None when
+        the selection is through)."""
+        ...
+
+    async def open_items(self, batch_id: str, after_seq: int,
+                         limit: int) -> list[tuple[int, str, str, dict[str, Any] | None]]:
+        """Items still to do (pending, or running when the runtime stopped), by seq:
+        (seq, key, status, detail)."""
+        ...
+
+    def items_write(self, batch_id: str, outcomes: Sequence[ItemOutcome], now_ms: int,
+                    audit: Sequence[dict[str, Any]] = ()) -> OpWrite:
+        """Items' outcomes, the batch's counts and the items' audit rows, as one write."""
+        ...
+
+    def finish_write(self, batch_id: str, status: str, now_ms: int,
+                     cancel_left: bool = False, audit: Sequence[dict[str, Any]] = (),
+                     cancel_reason: str | None = None) -> OpWrite:
+        """The batch's end (or `cancelling`): items never started are cancelled with it
+        when `cancel_left`; `audit` rows (the batch's own entry) land with it; a
+        `cancel_reason` is kept in the row (an earlier one stays when None)."""
+        ...
+
+    def submit(self, write: OpWrite) -> asyncio.Future[None]: ...
+
+    async def get_batch(self, batch_id: str) -> dict[str, Any] | None: ...
+
+    async def failures(self, batch_id: str, after_seq: int,
+                       limit: int) -> list[dict[str, Any]]:
+        """The items that failed, by seq: `seq`, `key`, `error`."""
+        ...
+
+    async def list_batches(self, limit: int, after: str | None) -> list[dict[str, Any]]:
+        """Batches, newest first (ids sort by time), after the id `after`."""
+        ...
+
+    async def open_batches(self) -> list[dict[str, Any]]:
+        """Batches a runner has work on (preparing, running, cancelling)."""
+        ...
+
+    async def claim_batch(self, batch_id: str, node: str, was: str | None) -> bool:
+        """Take over a batch that node `was` ran; False if another node took it first."""
+        ...
+
+
 class StorageBackend(Protocol):
-    """Opens per-object stores and the shared alarm index."""
+    """Builds the runtime database and its stores, and opens per-object stores."""
 
     @property
-    def alarm_index(self) -> AlarmIndex: ...
+    def database(self) -> RuntimeDatabase: ...
 
     @property
-    def execution_store(self) -> ExecutionStore: ...
+    def alarm_rows(self) -> AlarmRows: ...
+
+    @property
+    def execution_log(self) -> ExecutionLog: ...
+
+    @property
+    def audit_rows(self) -> AuditRows: ...
+
+    @property
+    def operator_rows(self) -> OperatorRows: ...
 
     async def open(self) -> None: ...
 
@@ -365,3 +435,24 @@ class StorageBackend(Protocol):
                            contains: str | None = None) -> list[tuple[str, str]]:
         """Objects that have storage, in (class, name) order."""
         ...
+
+
+class FaultSink(Protocol):
+    """Where a fleet's faults are kept; writes are queued, `flush` waits for them."""
+
+    def saved(self, fault: Fault) -> None: ...
+
+    def cleared(self, fault_id: str) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
+class FaultMirror(Protocol):
+    """A node's fault registry, as the fleet's shared store keeps it up to date."""
+
+    sink: FaultSink | None
+    id_suffix: str
+
+    def list(self) -> builtins.list[dict[str, Any]]: ...
+
+    def mirror(self, faults: builtins.list[Fault], keep: set[str]) -> None: ...

@@ -48,9 +48,9 @@ from alarmtop.core.model.errors import (
 )
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.serialization import alarm_time_ms, json_copy
-from alarmtop.core.ports import Counts, ObjectEntry, StorageBackend
-from alarmtop.core.storage.operator_rows import operator_store_of
-from alarmtop.core.storage.sqlite.objects import SqliteBackend
+from alarmtop.core.model.storage_values import Counts, ObjectEntry
+from alarmtop.core.ports import StorageBackend
+from alarmtop.core.storage.sqlite.backend import SqliteBackend
 
 if TYPE_CHECKING:
     from alarmtop.core.model.operations import ExecutionRecord
@@ -163,13 +163,14 @@ class Runtime:
         self._classes: dict[str, type[DurableObject]] = {}
         self._policies: dict[str, RetryPolicy] = {}
         # The operator tools' reads and writes of the runtime database (pauses, the
-        # timers board, bulk batches), on the alarm index's connection.
-        self.operator_store = operator_store_of(self.backend)
+        # timers board, bulk batches), riding its commits.
+        self.operator_rows = self.backend.operator_rows
         self.scheduler = AlarmScheduler(
-            self.backend.alarm_index, self.clock, self.events, self.policy_for, self.tasks,
+            self.backend.database, self.backend.alarm_rows, self.clock, self.events,
+            self.policy_for, self.tasks,
             max_concurrent=max_concurrent_alarms, window_size=window_size,
             sweep_interval_s=sweep_interval, rng=rng, keep_attempts=keep_attempts,
-            paused_of=self.operator_store.paused)
+            paused_of=self.operator_rows.paused)
         self.host = ObjectHost(self._classes, self.backend, self.scheduler, self.clock,
                                self.events, env, self.tasks, hibernate_after_s=hibernate_after,
                                max_resident=max_resident,
@@ -205,8 +206,8 @@ class Runtime:
             Executions,
             Ledger,
         )
-        store = self.backend.execution_store
-        self.audit = AuditLog(store, self.events, self.clock)
+        store = self.backend.execution_log
+        self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
         self.ledger = Ledger(store, self.events, self.faults, self.clock)
 
         def execution_stub(execution_id: str) -> Stub:
@@ -652,7 +653,7 @@ class Runtime:
 
         `state` keeps one state; `contains` keeps objects whose `Class/name` contains it.
         Pages by key: `after` is the cursor of the last alarm of the page before (see
-        `AlarmIndex.alarm_page`; `order="object"` lists by class and name, `desc`
+        `AlarmRows.alarm_page`; `order="object"` lists by class and name, `desc`
         reverses), and `offset` skips that many more. Without `after`, `offset` counts
         from the start, which costs a walk over the rows skipped.
         """
@@ -667,14 +668,14 @@ class Runtime:
         """`alarms()` as the index's records (for a listing that builds its own rows:
         `AlarmStatus` costs a dataclass per row)."""
         self._check_running()
-        return await self.backend.alarm_index.alarm_page(
+        return await self.backend.alarm_rows.alarm_page(
             after, -1 if limit is None else limit, offset=offset, state=state,
             contains=contains, order=order, desc=desc)
 
     async def count_alarms(self, state: str | None = None, contains: str | None = None) -> int:
         """How many alarms `alarms()` lists with these filters (counters without a text)."""
         self._check_running()
-        return await self.backend.alarm_index.count(state, contains)
+        return await self.backend.alarm_rows.count(state, contains)
 
     async def alarm(self, cls: type[DurableObject] | str, name: str) -> AlarmStatus | None:
         self._check_running()
@@ -685,7 +686,7 @@ class Runtime:
         """Dead letters by class and name (a listing: on the read connection, by the
         state index)."""
         self._check_running()
-        recs = await self.backend.alarm_index.alarm_page(
+        recs = await self.backend.alarm_rows.alarm_page(
             None, -1 if limit is None else limit, offset=offset, state=AlarmState.DEAD.value,
             order="object")
         return [self._status(r) for r in recs]
@@ -694,7 +695,7 @@ class Runtime:
         """Alarms by state, retries, executions by status and objects, as of the last
         commit: kept by storage with the writes, so this costs no I/O however many
         alarms there are (the header, /metrics and the fleet view share it)."""
-        return self.backend.alarm_index.counters()
+        return self.backend.alarm_rows.counters()
 
     async def alarm_counts(self) -> dict[str, int]:
         """Alarms by state (every state, zeros included), from the counters."""
@@ -848,27 +849,27 @@ class Runtime:
         """Every object known to storage (a database, an alarm or an execution), by
         class and name, paged by key (`after`: the (class, name) of the last one)."""
         self._check_running()
-        return await self.backend.alarm_index.object_page(after, limit, offset=offset,
+        return await self.backend.alarm_rows.object_page(after, limit, offset=offset,
                                                           contains=contains, desc=desc)
 
     async def count_objects(self, contains: str | None = None) -> int:
         """How many `objects()` lists (the counter without a text)."""
         self._check_running()
-        return await self.backend.alarm_index.count_known(contains)
+        return await self.backend.alarm_rows.count_known(contains)
 
     async def execution_page(self, after: Cursor | None = None, limit: int = 50, *,
                              offset: int = 0, status: str | None = None,
                              contains: str | None = None,
                              desc: bool = False) -> list[ExecutionRecord]:
         """Executions most in need of a person first, paged by key (see
-        `ExecutionStore.page`); `contains` keeps those whose `name/id` contains it."""
+        `ExecutionLog.page`); `contains` keeps those whose `name/id` contains it."""
         self._check_running()
-        return await self.backend.execution_store.page(after, limit, offset=offset,
+        return await self.backend.execution_log.page(after, limit, offset=offset,
                                                        status=status, contains=contains,
                                                        desc=desc)
 
     async def count_executions(self, status: str | None = None,
                                contains: str | None = None) -> int:
         self._check_running()
-        return await self.backend.execution_store.count(status, contains)
+        return await self.backend.execution_log.count(status, contains)
 

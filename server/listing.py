@@ -30,7 +30,7 @@ ALARM_RANK = {"dead": 0, "retrying": 1, "running": 2}
 
 
 def alarm_urgency(row: Row) -> tuple[Any, ...]:
-    """The alarm index's own order (`ORDER BY` of `SqliteAlarmIndex.page`): dead,
+    """The alarm index's own order (`ORDER BY` of `SqliteDatabase.page`): dead,
     retrying, running, then pending; more retries first; then soonest attempt."""
     nxt = row.get("next_attempt_ms")
     return (ALARM_RANK.get(str(row.get("state")), 3), -int(row.get("retry_count") or 0),

@@ -40,7 +40,7 @@ from alarmtop.core.kernel.supervisor import Supervisor, patience
 from alarmtop.core.model import hook_info, keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.model.errors import AlarmtopError, CommandTimeout
-from alarmtop.core.ports import ObjectEntry
+from alarmtop.core.model.storage_values import ObjectEntry
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
 from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (
@@ -431,7 +431,7 @@ class OpsService:
         text = args.get("filter")
         sort, desc = check_sort("objects", args.get("sort")), bool(args.get("desc"))
         resident = {k for k in self.rt.resident_objects() if contains(text, f"{k[0]}/{k[1]}")}
-        only_resident = sorted(resident - await self.rt.backend.alarm_index.known_among(
+        only_resident = sorted(resident - await self.rt.backend.alarm_rows.known_among(
             sorted(resident)), reverse=desc)
         total = await self._total(("objects", text), text,
                                   lambda: self.rt.count_objects(text)) + len(only_resident)
@@ -501,7 +501,7 @@ class OpsService:
         limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
         text, target = args.get("filter"), args.get("target")
         sort, desc = check_sort("audit", args.get("sort")), args.get("desc", True)
-        store = self.rt.backend.execution_store
+        store = self.rt.backend.audit_rows
         newest = await store.audit_page(None, 1)
         total = int(newest[0]["seq"]) if newest else 0
         if keyed_order("audit", sort) is not None and not text and not target:

@@ -22,9 +22,9 @@ from apscheduler.triggers.cron import CronTrigger
 
 from alarmtop.core.kernel.clock import Clock
 from alarmtop.core.kernel.events import EventBus
-from alarmtop.core.kernel.logs import RUNTIME_LOG, log_event
 from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
 from alarmtop.core.model.errors import BadCronExpression
+from alarmtop.core.model.log_records import RUNTIME_LOG, log_event
 
 CronFn = Callable[[], Awaitable[Any] | Any]
 # Whether this runtime runs the fire `at_ms` of a job (in a fleet, one node does).

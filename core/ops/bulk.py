@@ -52,6 +52,7 @@ from alarmtop.core.model.bulk_actions import (
     already_applied,
     plan_start,
 )
+from alarmtop.core.model.bulk_items import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.bulk_pacing import GapPacer
 from alarmtop.core.model.bulk_progress import Progress, finished_status
 from alarmtop.core.model.errors import (
@@ -64,7 +65,6 @@ from alarmtop.core.model.errors import (
     StorageError,
 )
 from alarmtop.core.model.selection import Selection, parse_selection
-from alarmtop.core.storage.operator_rows import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 
 if TYPE_CHECKING:
     from alarmtop.core.runtime import Runtime
@@ -158,7 +158,7 @@ class BulkService:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.store = rt.operator_store
+        self.store = rt.operator_rows
         self._runners: dict[str, _Runner] = {}
         self._ids = itertools.count(1)
         self._resuming = asyncio.Lock()

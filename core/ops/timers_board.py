@@ -79,7 +79,7 @@ async def timers(rt: Runtime, limit: int = 100, after: Any = None) -> dict[str, 
     end) and `now_ms` (what `overdue` was judged against)."""
     limit, cursor = check_page(limit, after)
     now = rt.clock.now_ms()
-    store = rt.operator_store
+    store = rt.operator_rows
     from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
 
     def alarm_after(source: int) -> tuple[int, str, str] | None:

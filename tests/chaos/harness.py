@@ -59,7 +59,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from alarmtop.core.storage.sqlite.objects import SqliteBackend
+from alarmtop.core.storage.sqlite.backend import SqliteBackend
 from tests.chaos.faults import (
     RUNTIME_DB,
     WORKLOAD_BUSY_TIMEOUT_S,

@@ -29,7 +29,7 @@ import pytest
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.model.errors import CorruptDatabase, DiskFull, ObjectQuarantined, StorageError
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.sqlite.objects import MARKER, SqliteBackend
+from alarmtop.core.storage.sqlite.backend import MARKER, SqliteBackend
 from tests.conftest import RuntimeFactory
 
 
@@ -436,9 +436,9 @@ async def test_full_disk_on_the_runtime_database_fails_the_call_cleanly(
     """The alarm write fails: the caller gets DiskFull naming runtime.sqlite (not a
     confusing "cannot rollback"), the runtime stays up, and later writes work."""
     rt = await make_runtime(Box)
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     await rt.get(Box, "a").arm(60_000)
-    monkeypatch.setattr(index, "_conn", FullOnCommit(index.conn))  # type: ignore[attr-defined]
+    monkeypatch.setattr(db, "_conn", FullOnCommit(db.conn))  # type: ignore[attr-defined]
     with pytest.raises(DiskFull) as err:
         await rt.get(Box, "b").arm(1000)
     assert err.value.path == str(rt.data_dir / "runtime.sqlite")
@@ -455,8 +455,8 @@ async def test_alarm_whose_start_could_not_be_recorded_fires_once_space_is_back(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rt = await make_runtime(Box)
     await rt.get(Box, "a").arm(1000)
-    index = rt.backend.alarm_index
-    real = index._apply  # type: ignore[attr-defined]
+    db = rt.backend.database
+    real = db._apply  # type: ignore[attr-defined]
     full = {"on": True}
 
     def apply(final: Any, extras: Any = ()) -> None:
@@ -464,7 +464,7 @@ async def test_alarm_whose_start_could_not_be_recorded_fires_once_space_is_back(
             raise disk_full_error()
         real(final, extras)
 
-    monkeypatch.setattr(index, "_apply", apply)
+    monkeypatch.setattr(db, "_apply", apply)
     await clock.advance(1)  # the attempt's start cannot be recorded (logged, not raised)
     full["on"] = False  # space is back
     await rt.sweep()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from alarmtop.core import DurableObject
-from alarmtop.core.storage.sqlite.objects import SqliteBackend
+from alarmtop.core.storage.sqlite.backend import SqliteBackend
 from tests.conftest import RuntimeFactory
 
 

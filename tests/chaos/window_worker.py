@@ -103,18 +103,18 @@ async def prepare(data: Path, case: str) -> None:
 async def die(data: Path, case: str) -> None:
     rt = _runtime(data)
     await rt.start()
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     before = await rt.executions.engine.store.max_event_id(EID)
-    real_apply = index._apply  # type: ignore[attr-defined]
+    real_apply = db._apply  # type: ignore[attr-defined]
 
     def apply(final: Any, extras: Any = ()) -> None:
         real_apply(final, extras)  # committed (on the database thread)
-        row = index.conn.execute(  # type: ignore[attr-defined]
+        row = db.conn.execute(  # type: ignore[attr-defined]
             "SELECT max(event_id) FROM history WHERE execution_id = ?", (EID,)).fetchone()
         if (row[0] or 0) > before:
             os._exit(DIE_CODE)  # the call's log is durable; nothing after it happens
 
-    index._apply = apply  # type: ignore[attr-defined]
+    db._apply = apply  # type: ignore[attr-defined]
     FAILING["fail"] = False
     await _call(rt, case)
     raise SystemExit("the call returned: the window was not reached")

@@ -89,7 +89,7 @@ from alarmtop.core.kernel.executions.context import current_step
 from alarmtop.core.kernel.executions.service import DurableFunction, Ledger
 from alarmtop.core.model.errors import NodeUnreachable, StorageError
 from alarmtop.core.model.execution_config import JitterStrategy
-from alarmtop.core.storage.sqlite.objects import SqliteBackend
+from alarmtop.core.storage.sqlite.backend import SqliteBackend
 from alarmtop.examples.click_counter import ClickCounter
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.examples.lease_ledger import LeaseLedger

@@ -30,9 +30,9 @@ from typing import Any
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, SystemClock
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
-from alarmtop.core.ports import Counts
-from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
-from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
+from alarmtop.core.model.storage_values import Counts
+from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionLog
+from tests.core.runtime_db import RuntimeDb
 
 START_MS = 1_800_000_000_000
 NAMES = 60
@@ -52,7 +52,7 @@ def random_execution(rng: random.Random) -> ExecutionRecord:
                            START_MS + rng.randint(0, 10**6))
 
 
-def random_round(index: SqliteAlarmIndex, store: SqliteExecutionStore,
+def random_round(index: RuntimeDb, store: SqliteExecutionLog,
                  rng: random.Random) -> list[asyncio.Future[None]]:
     """A few writers at once: their writes share one commit (or a few)."""
     futures = []
@@ -78,9 +78,9 @@ def die_here(conn: sqlite3.Connection) -> None:
 
 
 async def batches(data: Path, seed: int, kill_at: int) -> None:
-    index = SqliteAlarmIndex(data / "runtime.sqlite")
+    index = RuntimeDb(data / "runtime.sqlite")
     await index.open()
-    store = SqliteExecutionStore(index)
+    store = index.log
     rng = random.Random(seed)
     for round_ in range(kill_at + 1):
         futures = random_round(index, store, rng)
@@ -151,7 +151,7 @@ def as_json(c: Counts) -> dict[str, Any]:
 
 
 async def check(data: Path) -> None:
-    index = SqliteAlarmIndex(data / "runtime.sqlite")
+    index = RuntimeDb(data / "runtime.sqlite")
     await index.open()
     print(json.dumps({"counters": as_json(index.counters()),
                       "recount": as_json(await index.recount()),

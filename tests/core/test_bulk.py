@@ -30,7 +30,7 @@ async def dead_letters(rt: Runtime, n: int, cls: str = "Job", error: str = "boom
     """`n` dead letters, written as the runtime keeps them (its own records)."""
     recs = [AlarmRecord(cls, f"j{i:05d}", START_MS, AlarmState.DEAD, 6, None,
                         f"{error} {i}") for i in range(n)]
-    await rt.backend.alarm_index.write(recs)
+    await rt.backend.database.write(recs)
 
 
 async def audit_rows(rt: Runtime) -> list[dict[str, Any]]:
@@ -51,7 +51,7 @@ async def test_bulk_rearm_of_1000_dead_letters(make_runtime: RuntimeFactory) -> 
     batch = await rt.bulk.wait(bid)
     assert (batch["status"], batch["done"], batch["failed"], batch["left"]) == \
         ("done", 1000, 0, 0)
-    assert (await rt.backend.alarm_index.counts())["dead"] == 0
+    assert (await rt.backend.alarm_rows.counts())["dead"] == 0
     status = await rt.alarm(Job, "j00999")
     assert status is not None and (status.state, status.retry_count,
                                    status.next_attempt_ms) == ("pending", 0, FAR)
@@ -105,7 +105,7 @@ async def test_a_batch_survives_a_runtime_restart(make_runtime: RuntimeFactory) 
         ("done", 2000, 0, 2000)
     items = [r for r in await audit_rows(rt) if r["action"] == "rearm"]
     assert len(items) == 2000 and len({r["target"] for r in items}) == 2000
-    assert (await rt.backend.alarm_index.counts())["dead"] == 0
+    assert (await rt.backend.alarm_rows.counts())["dead"] == 0
 
 
 async def test_cancel_stops_a_batch(make_runtime: RuntimeFactory) -> None:
@@ -118,7 +118,7 @@ async def test_cancel_stops_a_batch(make_runtime: RuntimeFactory) -> None:
     batch = await rt.bulk.cancel(bid)
     assert batch["status"] == "cancelled" and batch["left"] == 0
     assert batch["done"] + batch["cancelled"] == 2000 and batch["cancelled"] > 0
-    assert (await rt.backend.alarm_index.counts())["dead"] == batch["cancelled"]
+    assert (await rt.backend.alarm_rows.counts())["dead"] == batch["cancelled"]
     with pytest.raises(InvalidArgument, match="has ended"):
         await rt.bulk.cancel(bid)
 
@@ -189,7 +189,7 @@ async def test_bad_requests_are_refused_and_change_nothing(make_runtime: Runtime
     with pytest.raises(InvalidArgument, match=match):
         await rt.bulk.start(**args)
     assert await rt.bulk.list() == []
-    assert (await rt.backend.alarm_index.counts())["dead"] == 3
+    assert (await rt.backend.alarm_rows.counts())["dead"] == 3
     (row,) = await audit_rows(rt)  # the refusal, audited
     assert not row["ok"] and row["action"].startswith("bulk_")
 

@@ -21,11 +21,10 @@ import pytest
 from alarmtop.core import AlarmInfo, DurableObject, RetryPolicy, Runtime, VirtualClock
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.storage.sqlite.counters import tally
-from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
-from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
 from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 from tests.conftest import START_MS, RuntimeFactory
 from tests.core.counters_worker import random_round
+from tests.core.runtime_db import RuntimeDb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,7 +34,7 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-async def assert_counted(index: SqliteAlarmIndex, where: str = "") -> None:
+async def assert_counted(index: RuntimeDb, where: str = "") -> None:
     """The counters equal a recount. A runtime may commit while the recount reads (a
     write its clock does not wait for): a comparison counts only when no commit came
     between reading the counters before and after the recount, and is tried again
@@ -55,9 +54,9 @@ def checked(data: Path) -> dict[str, Any]:
 
 
 async def test_counters_equal_a_recount_after_a_random_workload(tmp_path: Path) -> None:
-    index = SqliteAlarmIndex(tmp_path / "runtime.sqlite")
+    index = RuntimeDb(tmp_path / "runtime.sqlite")
     await index.open()
-    store = SqliteExecutionStore(index)
+    store = index.log
     rng = random.Random(11)
     try:
         for round_ in range(60):
@@ -68,7 +67,7 @@ async def test_counters_equal_a_recount_after_a_random_workload(tmp_path: Path) 
         assert counts.stored and counts.known > counts.stored
     finally:
         await index.close()
-    again = SqliteAlarmIndex(tmp_path / "runtime.sqlite")  # a restart loads them
+    again = RuntimeDb(tmp_path / "runtime.sqlite")  # a restart loads them
     await again.open()
     try:
         assert again.counters() == counts == await again.recount()
@@ -91,7 +90,7 @@ async def test_counters_follow_a_runtime_through_retries_dead_letters_and_rearms
     clears), the runtime's counts are the rows' counts at every step."""
     rt = await make_runtime(Flaky, policies={"Flaky": RetryPolicy(max_retries=2,
                                                                   initial_delay_s=1)})
-    index = rt.backend.alarm_index
+    index = rt.backend.alarm_rows
     for i in range(40):
         await rt.get(Flaky, f"f{i}").arm(100 * (i % 7))
     for second in range(12):
@@ -160,7 +159,7 @@ def old_database(path: Path) -> None:
 async def test_the_migration_counts_what_an_older_file_holds(tmp_path: Path) -> None:
     path = tmp_path / "runtime.sqlite"
     old_database(path)
-    index = SqliteAlarmIndex(path)
+    index = RuntimeDb(path)
     await index.open()
     try:
         counts = index.counters()
@@ -185,8 +184,8 @@ async def test_a_runtime_started_twice_keeps_its_counts(data_dir: Path,
         rt.register(Flaky)
         await rt.start()
         await rt.get(Flaky, f"f{life}").arm(60_000)
-        counts = rt.backend.alarm_index.counters()
-        assert counts == await rt.backend.alarm_index.recount()
+        counts = rt.backend.alarm_rows.counters()
+        assert counts == await rt.backend.alarm_rows.recount()
         await rt.stop()
     assert counts.alarms["pending"] == 2
 
@@ -197,7 +196,7 @@ async def test_rows_salvaged_from_an_older_file_are_counted_and_ordered(
     no urgency column): the counts and the order are made again from the rows."""
     old = tmp_path / "old.sqlite"
     old_database(old)
-    index = SqliteAlarmIndex(tmp_path / "runtime.sqlite")
+    index = RuntimeDb(tmp_path / "runtime.sqlite")
     await index.open()
     try:
         await index.write([AlarmRecord("A", "p1", START_MS, AlarmState.RUNNING,

@@ -10,7 +10,8 @@ import textwrap
 import threading
 from pathlib import Path
 
-from alarmtop.core.storage.sqlite.objects import Quarantine, SqliteObjectStore
+from alarmtop.core.storage.sqlite.objects import SqliteObjectStore
+from alarmtop.core.storage.sqlite.quarantine import Quarantine
 
 ROOT = Path(__file__).resolve().parents[2]
 

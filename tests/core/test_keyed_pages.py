@@ -20,8 +20,8 @@ import pytest
 from alarmtop.core.model import keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
-from alarmtop.core.storage.sqlite.database import URGENCY_SQL, SqliteAlarmIndex
-from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
+from alarmtop.core.storage.sqlite.alarm_rows import URGENCY_SQL
+from tests.core.runtime_db import RuntimeDb
 
 START_MS = 1_800_000_000_000
 PAGE = 7
@@ -34,8 +34,8 @@ OLD_EXECUTION_ORDER = ("CASE status WHEN 'needs_human' THEN 0 WHEN 'failed' THEN
 
 
 @pytest.fixture
-async def index(tmp_path: Path) -> AsyncIterator[SqliteAlarmIndex]:
-    idx = SqliteAlarmIndex(tmp_path / "runtime.sqlite")
+async def index(tmp_path: Path) -> AsyncIterator[RuntimeDb]:
+    idx = RuntimeDb(tmp_path / "runtime.sqlite")
     await idx.open()
     yield idx
     await idx.close()
@@ -106,7 +106,7 @@ def alarm_cursor(rec: AlarmRecord) -> tuple[Any, ...]:
     (None, None), ("pending", None), ("running", None), ("retrying", None), ("dead", None),
     (None, "t1"), ("retrying", "Flaky/t2"), (None, "nobody")])
 async def test_keyed_alarm_pages_are_the_old_offset_pages(
-        index: SqliteAlarmIndex, state: str | None, text: str | None) -> None:
+        index: RuntimeDb, state: str | None, text: str | None) -> None:
     await index.write(mixed_alarms()[:120])
     await index.write(mixed_alarms()[120:])
     where, params = old_filters(state, text)
@@ -123,7 +123,7 @@ async def test_keyed_alarm_pages_are_the_old_offset_pages(
 
 
 async def test_keyed_pages_by_object_and_from_a_cursor_with_an_offset(
-        index: SqliteAlarmIndex) -> None:
+        index: RuntimeDb) -> None:
     await index.write(mixed_alarms())
     old = old_pages(index.path, "SELECT object_class, object_name FROM alarms WHERE "
                     "state = 'dead' ORDER BY object_class, object_name", [])
@@ -138,7 +138,7 @@ async def test_keyed_pages_by_object_and_from_a_cursor_with_an_offset(
     assert [r.key for r in skipped] == every[13:18]
 
 
-async def test_the_old_offset_page_call_keeps_its_order(index: SqliteAlarmIndex) -> None:
+async def test_the_old_offset_page_call_keeps_its_order(index: RuntimeDb) -> None:
     await index.write(mixed_alarms())
     old = old_pages(index.path, f"SELECT object_class, object_name FROM alarms ORDER BY "
                     f"{OLD_ALARM_ORDER}", [])
@@ -147,7 +147,7 @@ async def test_the_old_offset_page_call_keeps_its_order(index: SqliteAlarmIndex)
 
 
 async def test_the_stored_urgency_is_the_key_function_and_its_sql(
-        index: SqliteAlarmIndex) -> None:
+        index: RuntimeDb) -> None:
     """Every row's urgency column is what `keys.alarm_urgency` says, and the SQL used for
     rows salvaged from older files computes the same."""
     await index.write(mixed_alarms())
@@ -168,8 +168,8 @@ def execution(eid: str, status: ExecutionStatus, updated_ms: int,
     (None, None), ("needs_human", None), ("succeeded", None), ("aborted", None),
     (None, "festival/e1"), ("running", "e2")])
 async def test_keyed_execution_pages_are_the_old_offset_pages(
-        index: SqliteAlarmIndex, status: str | None, text: str | None) -> None:
-    store = SqliteExecutionStore(index)
+        index: RuntimeDb, status: str | None, text: str | None) -> None:
+    store = index.log
     rng = random.Random(3)
     for i in range(150):
         st = rng.choice(list(ExecutionStatus))
@@ -192,22 +192,21 @@ async def test_keyed_execution_pages_are_the_old_offset_pages(
     assert await store.count(status, text) == sum(map(len, old))
 
 
-async def test_audit_pages_by_seq_both_ways(index: SqliteAlarmIndex) -> None:
-    store = SqliteExecutionStore(index)
+async def test_audit_pages_by_seq_both_ways(index: RuntimeDb) -> None:
     for i in range(20):
-        await store.audit_append({"at_ms": START_MS + i, "actor": "op", "action": f"a{i}"})
-    newest = await keyed_pages(lambda after: store.audit_page(after, PAGE),
+        await index.audit.audit_append({"at_ms": START_MS + i, "actor": "op", "action": f"a{i}"})
+    newest = await keyed_pages(lambda after: index.audit.audit_page(after, PAGE),
                                lambda r: (r["seq"],))
     assert [r["action"] for p in newest for r in p] == [f"a{i}" for i in range(19, -1, -1)]
-    oldest = await keyed_pages(lambda after: store.audit_page(after, PAGE, desc=False),
+    oldest = await keyed_pages(lambda after: index.audit.audit_page(after, PAGE, desc=False),
                                lambda r: (r["seq"],))
     assert [r["action"] for p in oldest for r in p] == [f"a{i}" for i in range(20)]
 
 
-async def test_objects_known_by_storage_alarm_or_execution(index: SqliteAlarmIndex) -> None:
+async def test_objects_known_by_storage_alarm_or_execution(index: RuntimeDb) -> None:
     """The objects index holds an object while anything knows it: its database, its
     alarm row or its execution; an object known only by its alarm leaves with it."""
-    store = SqliteExecutionStore(index)
+    store = index.log
     await index.write([AlarmRecord("Q", "only-alarm", START_MS, next_attempt_ms=START_MS),
                        AlarmRecord("Q", "both", START_MS, next_attempt_ms=START_MS),
                        AlarmRecord("Q", "dead", START_MS, AlarmState.DEAD, 6)],
@@ -233,7 +232,7 @@ async def test_objects_known_by_storage_alarm_or_execution(index: SqliteAlarmInd
         "stored", "dead"]
 
 
-async def test_a_text_filter_count_and_a_state_count(index: SqliteAlarmIndex) -> None:
+async def test_a_text_filter_count_and_a_state_count(index: RuntimeDb) -> None:
     recs = mixed_alarms()
     await index.write(recs)
     assert await index.count("dead") == sum(r.state is AlarmState.DEAD for r in recs)
@@ -248,7 +247,7 @@ async def test_a_text_filter_count_and_a_state_count(index: SqliteAlarmIndex) ->
 
 
 async def test_a_listing_does_not_wait_for_a_commit_in_progress(
-        index: SqliteAlarmIndex) -> None:
+        index: RuntimeDb) -> None:
     """A commit is held open on the writer's thread (its transaction has written rows and
     not committed): a page still answers, from the last commit."""
     await index.write(mixed_alarms(20))
@@ -273,7 +272,7 @@ async def test_a_listing_does_not_wait_for_a_commit_in_progress(
 
 
 async def test_a_commit_does_not_wait_for_a_listing_in_progress(
-        index: SqliteAlarmIndex) -> None:
+        index: RuntimeDb) -> None:
     """A listing is held in the middle of its read (the read connection's thread is
     stuck inside SQLite): writes commit all the same, and the listing then answers
     from the snapshot it started on."""
@@ -317,11 +316,11 @@ def plans(conn: sqlite3.Connection, statements: list[str]) -> list[str]:
 
 
 async def test_pages_and_lookups_search_an_index_and_never_scan_or_sort_a_table(
-        index: SqliteAlarmIndex) -> None:
+        index: RuntimeDb) -> None:
     """Every page (any filter but text, either direction, from a cursor), the lookups a
     batch of writes makes, and the objects listing's lookups seek an index; none walks a
     whole table or sorts one (which is what made a page cost 250-590 ms at a million)."""
-    store = SqliteExecutionStore(index)
+    store = index.log
     await index.write(mixed_alarms())
     await store.checkpoint("e1", execution("e1", ExecutionStatus.RUNNING, START_MS))
     seen: list[str] = []
@@ -338,7 +337,7 @@ async def test_pages_and_lookups_search_an_index_and_never_scan_or_sort_a_table(
                                        desc=desc)
         await store.page((keys.execution_urgency("running", START_MS), "e0"), 10)
         await store.page(None, 10, status="running", desc=True)
-        await store.audit_page((5,), 10)
+        await index.audit.audit_page((5,), 10)
         await index.object_page(("Lease", "t5"), 10)
         await index.known_among([("Lease", "t5-000"), ("Q", "x")])
         await index.write(mixed_alarms(30, seed=9))  # a batch that looks up old states

@@ -66,22 +66,22 @@ async def every_page(fetch: Callable[[Any], Awaitable[list[Any]]],
 async def test_alarm_pages_by_key_in_both_orders_and_directions(
         make_runtime: RuntimeFactory, state: str | None, text: str | None) -> None:
     rt = await make_runtime()
-    index = rt.backend.alarm_index
+    db, rows = rt.backend.database, rt.backend.alarm_rows
     alarms = mixed_alarms()
-    await index.write(alarms[:80])
-    await index.write(alarms[80:])
+    await db.write(alarms[:80])
+    await db.write(alarms[80:])
     kept = [r for r in alarms if (state is None or r.state.value == state)
             and (text is None or text in f"{r.object_class}/{r.object_name}")]
     for order, key in (("urgency", urgency_key), ("object", lambda r: r.key)):
         expected = [r.key for r in sorted(kept, key=key)]
         for desc in (False, True):
-            got = await every_page(lambda after, o=order, d=desc: index.alarm_page(
+            got = await every_page(lambda after, o=order, d=desc: rows.alarm_page(
                 after, PAGE, state=state, contains=text, order=o, desc=d), key)
             assert [r.key for r in got] == (expected[::-1] if desc else expected), (order, desc)
-    assert await index.count(state, text) == len(kept)
+    assert await rows.count(state, text) == len(kept)
     if kept:
         first = sorted(kept, key=urgency_key)
-        skipped = await index.alarm_page(urgency_key(first[0]), 3, offset=2, state=state,
+        skipped = await rows.alarm_page(urgency_key(first[0]), 3, offset=2, state=state,
                                          contains=text)
         assert [r.key for r in skipped] == [r.key for r in first[3:6]]
 
@@ -89,13 +89,13 @@ async def test_alarm_pages_by_key_in_both_orders_and_directions(
 async def test_counters_are_a_recount_and_objects_are_known_by_any_source(
         make_runtime: RuntimeFactory) -> None:
     rt = await make_runtime()
-    index, store = rt.backend.alarm_index, rt.backend.execution_store
+    db, rows, store = rt.backend.database, rt.backend.alarm_rows, rt.backend.execution_log
     alarms = mixed_alarms(60)
-    await index.write(alarms)
-    await index.write([], [alarms[0].key, alarms[1].key])
+    await db.write(alarms)
+    await db.write([], [alarms[0].key, alarms[1].key])
     changed = [AlarmRecord(r.object_class, r.object_name, START_MS, AlarmState.RETRYING, 3,
                            START_MS + 5) for r in alarms[2:12]]
-    await index.write(changed)
+    await db.write(changed)
     for i, status in enumerate([ExecutionStatus.RUNNING, ExecutionStatus.NEEDS_HUMAN,
                                 ExecutionStatus.RUNNING]):
         rec = ExecutionRecord(f"e{i}", "job", "1", status, "{}", START_MS, START_MS + i)
@@ -103,8 +103,8 @@ async def test_counters_are_a_recount_and_objects_are_known_by_any_source(
     done = ExecutionRecord("e0", "job", "1", ExecutionStatus.SUCCEEDED, "{}", START_MS,
                            START_MS + 9)
     await store.checkpoint("e0", done)
-    counts = index.counters()
-    assert counts == await index.recount()
+    counts = rows.counters()
+    assert counts == await rows.recount()
     assert dict(counts.executions) == {"running": 1, "needs_human": 1, "succeeded": 1}
     assert counts.alarms["retrying"] >= 10
     assert await store.count() == 3 and await store.count("running") == 1
@@ -112,12 +112,12 @@ async def test_counters_are_a_recount_and_objects_are_known_by_any_source(
 
     live = {r.key for r in alarms[2:]}
     expected = sorted(live | {("Execution", f"e{i}") for i in range(3)})
-    got = await every_page(lambda after: index.object_page(after, PAGE),
+    got = await every_page(lambda after: rows.object_page(after, PAGE),
                            lambda e: (e.object_class, e.object_name))
     assert [(e.object_class, e.object_name) for e in got] == expected
-    assert counts.known == len(expected) == await index.count_known()
+    assert counts.known == len(expected) == await rows.count_known()
     assert [e.execution for e in got] == [k[0] == "Execution" for k in expected]
-    assert await index.known_among([alarms[0].key, alarms[5].key, ("Execution", "e2")]) == {
+    assert await rows.known_among([alarms[0].key, alarms[5].key, ("Execution", "e2")]) == {
         alarms[5].key, ("Execution", "e2")}
 
     pages = await every_page(lambda after: store.page(after, PAGE),
@@ -128,7 +128,7 @@ async def test_counters_are_a_recount_and_objects_are_known_by_any_source(
 
 async def test_audit_pages_by_seq_both_ways(make_runtime: RuntimeFactory) -> None:
     rt = await make_runtime()
-    store = rt.backend.execution_store
+    store = rt.backend.audit_rows
     for i in range(12):
         await store.audit_append({"at_ms": START_MS + i, "actor": "t", "action": f"a{i}",
                                   "ok": True, "detail": {"i": i}})
@@ -173,14 +173,14 @@ async def test_a_postgres_schema_of_the_version_before_is_counted_when_migrated(
     for rt in nodes:
         await rt.start()
     try:
-        index = nodes[0].backend.alarm_index
-        counts = index.counters()
-        assert counts == await index.recount()
+        rows = nodes[0].backend.alarm_rows
+        counts = rows.counters()
+        assert counts == await rows.recount()
         assert counts.alarms == {"pending": 2, "retrying": 1, "running": 0, "dead": 1}
         assert dict(counts.retries) == {("A", 3): 1}
         assert dict(counts.executions) == {"needs_human": 1}
         assert (counts.stored, counts.known) == (2, 6)  # 4 alarms + 1 file only + e1
-        assert [r.object_name for r in await index.alarm_page(None, 10)] == [
+        assert [r.object_name for r in await rows.alarm_page(None, 10)] == [
             "d1", "r1", "s1", "p1"]
         # Each node writes the alarms of the shards it holds, at the same time.
         backends = [rt.backend for rt in nodes]
@@ -189,11 +189,11 @@ async def test_a_postgres_schema_of_the_version_before_is_counted_when_migrated(
             for b in backends:
                 await b.keep_leases_once()
         assert all(b.owned_shards() for b in backends)
-        writes = [b.alarm_index.write([r]) for r in mixed_alarms(120) for b in backends
+        writes = [b.database.write([r]) for r in mixed_alarms(120) for b in backends
                   if b.shard_of(r.key) in b.owned_shards()]
         await asyncio.gather(*writes)
-        await nodes[1].backend.alarm_index.write([])  # reads the counters back
-        assert nodes[1].backend.alarm_index.counters() == await index.recount()
+        await nodes[1].backend.database.write([])  # reads the counters back
+        assert nodes[1].backend.alarm_rows.counters() == await rows.recount()
     finally:
         for rt in nodes:
             await rt.stop()

@@ -31,8 +31,12 @@ from alarmtop.core import (
     configure_logging,
 )
 from alarmtop.core.durable import DurableContext, Duration, durable_execution
-from alarmtop.core.kernel.logs import alarm_failed_message, dead_letters_message, execution_message
 from alarmtop.core.model.errors import CorruptDatabase
+from alarmtop.core.model.log_records import (
+    alarm_failed_message,
+    dead_letters_message,
+    execution_message,
+)
 from alarmtop.examples.festival import FestivalServices, build_festival
 from tests.conftest import RuntimeFactory
 

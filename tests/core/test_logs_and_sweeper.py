@@ -53,7 +53,7 @@ async def test_sweeper_requeues_an_overdue_alarm_the_window_missed(
     lost wake-up would leave it) is fired by the next sweep, not left overdue forever."""
     rt = await make_runtime(Counts, sweep_interval=30)
     rec = AlarmRecord("Counts", "c", START_MS + 1000, next_attempt_ms=START_MS + 1000)
-    await rt.backend.alarm_index.write([rec])
+    await rt.backend.database.write([rec])
     await clock.advance(10)
     status = await rt.alarm("Counts", "c")  # a look that leaves the window alone
     assert status is not None and status.attempt_count == 0  # the window never heard of it

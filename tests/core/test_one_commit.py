@@ -20,7 +20,7 @@ from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.core.model.errors import InvalidArgument, InvalidObjectName, StorageError
 from alarmtop.core.model.object_names import legacy_object_file_name, object_file_name
 from alarmtop.core.storage.faultpoints import FAULT_POINTS, locked, when
-from alarmtop.core.storage.sqlite.objects import SqliteBackend
+from alarmtop.core.storage.sqlite.backend import SqliteBackend
 from tests.conftest import START_MS, RuntimeFactory
 
 FIRED: list[tuple[str, int]] = []

@@ -39,13 +39,13 @@ async def test_an_event_between_the_recoverys_read_and_its_write_is_not_overwrit
     rt = await make_runtime(Sets)
     obj = rt.get(Sets, "s")
     await obj.arm(START_MS + 30_000)
-    index, sched = rt.backend.alarm_index, rt.scheduler
-    cut = await index.get(("Sets", "s"))
+    db, rows, sched = rt.backend.database, rt.backend.alarm_rows, rt.scheduler
+    cut = await rows.get(("Sets", "s"))
     assert cut is not None
     await obj.arm(FAR)  # as the handler of the attempt cut short committed: a new alarm
     # The row as that attempt left it when its node died: running, its own generation.
     running = cut._replace(state=AlarmState.RUNNING, started_ms=START_MS)
-    await index.write([running])
+    await db.write([running])
 
     reading, gate = asyncio.Event(), asyncio.Event()
     real = sched._intent_of
@@ -66,5 +66,5 @@ async def test_an_event_between_the_recoverys_read_and_its_write_is_not_overwrit
     sched._intent_of = real
 
     assert await obj.alarm_at() == SOON
-    row = await index.get(("Sets", "s"))
+    row = await rows.get(("Sets", "s"))
     assert row is not None and row.due_ms is not None and row.due_ms <= SOON, row

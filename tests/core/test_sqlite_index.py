@@ -1,4 +1,4 @@
-"""SqliteAlarmIndex and the migrations, on real SQLite files in `tmp_path`."""
+"""SqliteDatabase and the migrations, on real SQLite files in `tmp_path`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
 from alarmtop.core.model.errors import StorageError
-from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
 from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
+from tests.core.runtime_db import RuntimeDb
 
 
 def rec(name: str, due: int | None, state: AlarmState = AlarmState.PENDING,
@@ -39,15 +39,15 @@ def db_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def index(db_path: Path) -> AsyncIterator[SqliteAlarmIndex]:
-    idx = SqliteAlarmIndex(db_path)
+async def index(db_path: Path) -> AsyncIterator[RuntimeDb]:
+    idx = RuntimeDb(db_path)
     await idx.open()
     yield idx
     await idx.close()
 
 
-async def reopened(path: Path) -> SqliteAlarmIndex:
-    idx = SqliteAlarmIndex(path)
+async def reopened(path: Path) -> RuntimeDb:
+    idx = RuntimeDb(path)
     await idx.open()
     return idx
 
@@ -91,7 +91,7 @@ async def test_open_creates_the_schema_with_a_version_row(db_path: Path) -> None
 
 async def test_corrupt_file_raises_storage_error_naming_it(db_path: Path) -> None:
     write_garbage(db_path)
-    idx = SqliteAlarmIndex(db_path)
+    idx = RuntimeDb(db_path)
     with pytest.raises(StorageError) as info:
         await idx.open()
     assert info.value.path == str(db_path)
@@ -101,7 +101,7 @@ async def test_corrupt_file_raises_storage_error_naming_it(db_path: Path) -> Non
 
 async def test_newer_schema_is_refused_with_a_clear_error(db_path: Path) -> None:
     write_schema_version(db_path, len(RUNTIME_MIGRATIONS) + 5)
-    idx = SqliteAlarmIndex(db_path)
+    idx = RuntimeDb(db_path)
     with pytest.raises(StorageError, match="newer") as info:
         await idx.open()
     message = str(info.value)
@@ -111,7 +111,7 @@ async def test_newer_schema_is_refused_with_a_clear_error(db_path: Path) -> None
 
 
 async def test_using_an_index_that_is_not_open_raises(db_path: Path) -> None:
-    idx = SqliteAlarmIndex(db_path)
+    idx = RuntimeDb(db_path)
     with pytest.raises(StorageError):
         await idx.write([rec("a", 1)])
     with pytest.raises(StorageError, match="not open"):
@@ -166,7 +166,7 @@ async def test_writes_are_durable_across_close_and_reopen(db_path: Path) -> None
         await idx.close()
 
 
-async def test_concurrent_writes_share_commits(index: SqliteAlarmIndex) -> None:
+async def test_concurrent_writes_share_commits(index: RuntimeDb) -> None:
     commits: list[str] = []
     index.conn.set_trace_callback(
         lambda sql: commits.append(sql) if sql.strip().upper() == "COMMIT" else None)
@@ -176,7 +176,7 @@ async def test_concurrent_writes_share_commits(index: SqliteAlarmIndex) -> None:
     assert (await index.counts())["pending"] == 200
 
 
-async def test_concurrent_writes_to_one_key_keep_the_last(index: SqliteAlarmIndex) -> None:
+async def test_concurrent_writes_to_one_key_keep_the_last(index: RuntimeDb) -> None:
     await index.write([rec("a", 1)])
     await asyncio.gather(index.write([rec("a", 2)]), index.write((), [("C", "a")]))
     assert await index.get(("C", "a")) is None
@@ -184,7 +184,7 @@ async def test_concurrent_writes_to_one_key_keep_the_last(index: SqliteAlarmInde
     assert await index.get(("C", "a")) == rec("a", 3)
 
 
-async def test_a_failing_write_fails_alone_and_names_the_file(index: SqliteAlarmIndex,
+async def test_a_failing_write_fails_alone_and_names_the_file(index: RuntimeDb,
                                                              db_path: Path) -> None:
     def broken(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO no_such_table VALUES (1)")
@@ -247,7 +247,7 @@ DEAD = AlarmRecord("C", "dead", 5, AlarmState.DEAD, 6, None, "boom")
 
 
 @pytest.fixture
-async def filled(index: SqliteAlarmIndex) -> SqliteAlarmIndex:
+async def filled(index: RuntimeDb) -> RuntimeDb:
     await index.write([*LIVE, DEAD])
     return index
 
@@ -260,7 +260,7 @@ async def filled(index: SqliteAlarmIndex) -> SqliteAlarmIndex:
     (20, 2, [30, 35], False),
     (40, 5, [], True),
 ])
-async def test_due_after_pages_soonest_first(filled: SqliteAlarmIndex, after: float,
+async def test_due_after_pages_soonest_first(filled: RuntimeDb, after: float,
                                              limit: int, dues: list[int],
                                              complete: bool) -> None:
     rows, done = await filled.due_after(after, limit)
@@ -270,7 +270,7 @@ async def test_due_after_pages_soonest_first(filled: SqliteAlarmIndex, after: fl
     assert len({r.key for r in rows}) == len(rows)
 
 
-async def test_due_after_pages_cover_the_index_exactly_once(filled: SqliteAlarmIndex) -> None:
+async def test_due_after_pages_cover_the_index_exactly_once(filled: RuntimeDb) -> None:
     seen: list[AlarmRecord] = []
     after: float = float("-inf")
     complete = False
@@ -282,7 +282,7 @@ async def test_due_after_pages_cover_the_index_exactly_once(filled: SqliteAlarmI
     assert sorted(names(seen)) == sorted(names(LIVE))
 
 
-async def test_page_puts_the_most_urgent_first(index: SqliteAlarmIndex) -> None:
+async def test_page_puts_the_most_urgent_first(index: RuntimeDb) -> None:
     await index.write([
         rec("p5", 5), rec("p1", 1), rec("run", 3, AlarmState.RUNNING),
         rec("t1", 50, AlarmState.RETRYING, 1), rec("t3", 100, AlarmState.RETRYING, 3),
@@ -293,7 +293,7 @@ async def test_page_puts_the_most_urgent_first(index: SqliteAlarmIndex) -> None:
     assert names(await index.page(3, offset=2)) == ["t3", "t1", "run"]
 
 
-async def test_counts_in_state_and_overdue(filled: SqliteAlarmIndex) -> None:
+async def test_counts_in_state_and_overdue(filled: RuntimeDb) -> None:
     assert await filled.counts() == {"pending": 6, "running": 1, "retrying": 0, "dead": 1}
     assert names(await filled.in_state("pending", 3)) == ["a", "b", "c"]
     assert names(await filled.in_state("pending", 3, offset=4)) == ["e", "f"]

@@ -226,7 +226,7 @@ class WindowModel(RuleBasedStateMachine):
 
     The model plays the scheduler: every write goes to the index and then to the
     window; a popped alarm is marked running in both (the scheduler's
-    start_attempt); pages are read from the index the way `SqliteAlarmIndex.due_after`
+    start_attempt); pages are read from the index the way `SqliteDatabase.due_after`
     reads them. Whatever the window's horizon, it must hold exactly the index's
     waiting alarms due at or before it.
     """

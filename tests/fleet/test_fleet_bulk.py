@@ -87,7 +87,7 @@ async def write_alarms(rt: Runtime, names: list[str], state: AlarmState,
         recs = [AlarmRecord("Counter", n, at_ms, state, 6, None, f"boom {n}") for n in names]
     else:
         recs = [AlarmRecord("Counter", n, at_ms, state, 0, at_ms) for n in names]
-    await rt.backend.alarm_index.write(recs)
+    await rt.backend.database.write(recs)
 
 async def dead_on_both(a: Runtime, b: Runtime, n: int) -> tuple[list[str], list[str]]:
     """`n` dead letters over both nodes' shards, each written by its shard's holder."""
@@ -131,7 +131,7 @@ async def test_a_rearm_started_on_one_node_rearms_the_other_nodes_dead_letters_t
     for rt in (a, b):
         assert await rt.dead_letters() == []  # the listing is the fleet's
     for rt, names in ((a, on_a), (b, on_b)):
-        recs = await rt.operator_store.get_many([("Counter", n) for n in names])
+        recs = await rt.operator_rows.get_many([("Counter", n) for n in names])
         assert len(recs) == len(names)
         assert {(r.state, r.retry_count, r.next_attempt_ms) for r in recs.values()} == \
             {(AlarmState.PENDING, 0, FAR)}
@@ -171,7 +171,7 @@ async def test_pause_then_resume_of_the_other_nodes_alarms(node: NodeFactory) ->
         status = await b.alarm("Counter", n)
         assert status is not None and status.paused and status.state == "pending"
         assert status.next_attempt_ms == FAR  # held, not moved
-    assert {k for k, _ in await b.operator_store.paused()} == {("Counter", n) for n in on_b}
+    assert {k for k, _ in await b.operator_rows.paused()} == {("Counter", n) for n in on_b}
     assert set(b.scheduler.paused) == {("Counter", n) for n in on_b}
     assert not a.scheduler.paused
     assert sorted(objects(heard.drain(), "alarm.paused")) == sorted(keys)
@@ -183,7 +183,7 @@ async def test_pause_then_resume_of_the_other_nodes_alarms(node: NodeFactory) ->
     for n in on_b:
         status = await b.alarm("Counter", n)
         assert status is not None and not status.paused and status.next_attempt_ms == FAR
-    assert not b.scheduler.paused and await b.operator_store.paused(mine=False) == []
+    assert not b.scheduler.paused and await b.operator_rows.paused(mine=False) == []
     assert sorted(objects(heard.drain(), "alarm.resumed")) == sorted(keys)
     for action, batch_id in (("pause_alarm", bid), ("resume_alarm", bid2)):
         rows = await audit_rows(a, action)
@@ -341,7 +341,7 @@ async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
     names = [f"j{i:04d}" for i in range(200)]
     await write_alarms(a, names, AlarmState.DEAD)
     heard = b.events.subscribe("alarm.rearmed")
-    store, moved = a.operator_store, []
+    store, moved = a.operator_rows, []
     read = store.get_many
 
     async def read_then_move(keys: Any) -> Any:
@@ -373,7 +373,7 @@ async def test_a_takeover_cut_short_is_tried_again(node: NodeFactory,
     b = await node("b", lease_s=LEASE_S)
     await balance(a, b)
     await dead_on_both(a, b, 200)
-    store, looks = b.operator_store, []
+    store, looks = b.operator_rows, []
     open_batches = store.open_batches
 
     async def first_fails() -> Any:
@@ -408,7 +408,7 @@ async def test_a_write_for_a_batch_another_node_took_keeps_nothing(node: NodeFac
            "params": {}, "total": 2, "done": 0, "failed": 0, "cancelled": 0,
            "created_ms": 1, "updated_ms": 1, "ended_ms": None, "node": None,
            "prep_after": None}
-    mine, theirs = a.operator_store, b.operator_store
+    mine, theirs = a.operator_rows, b.operator_rows
     await mine.create_batch(row, ["Counter/x", "Counter/y"])
     assert (await mine.get_batch("b-fenced") or {})["node"] == "a"
     assert await theirs.claim_batch("b-fenced", "b", "a")

@@ -132,8 +132,8 @@ async def test_an_attempt_that_ends_during_the_recovery_of_a_gain_is_left_alone(
     await a.get("Held", name).arm(1_000)
     advancing = asyncio.ensure_future(clock.advance(2))
     await asyncio.wait_for(Held.entered.wait(), 10)
-    index = a.scheduler.index
-    read = index.in_state
+    alarm_rows = a.scheduler.rows
+    read = alarm_rows.in_state
 
     async def read_then_end(*args: object, **kwargs: object) -> object:
         rows = await read(*args, **kwargs)  # type: ignore[arg-type]
@@ -141,7 +141,7 @@ async def test_an_attempt_that_ends_during_the_recovery_of_a_gain_is_left_alone(
         await until(lambda: _gone(a, name), what="the attempt ended")
         return rows
 
-    monkeypatch.setattr(index, "in_state", read_then_end)
+    monkeypatch.setattr(alarm_rows, "in_state", read_then_end)
     await a.scheduler.reload()  # what gaining a shard runs
     monkeypatch.undo()
     await asyncio.wait_for(advancing, 10)
@@ -157,11 +157,11 @@ async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_o
     a = await node("a", Held)
     name = name_on(a, "Held")
     await a.get("Held", name).arm(3_600_000)  # nothing falls due meanwhile
-    index = a.backend.alarm_index
-    armed = await index.get(("Held", name))
+    db, rows = a.backend.database, a.backend.alarm_rows
+    armed = await rows.get(("Held", name))
     assert armed is not None
     # The row as its last run left it, dead mid-attempt (no handler of it runs here).
-    await index.write([armed._replace(state=AlarmState.RUNNING, started_ms=clock.now_ms())])
+    await db.write([armed._replace(state=AlarmState.RUNNING, started_ms=clock.now_ms())])
     backend = backend_of(a)
 
     async def moved(conn: object, shards: set[int]) -> None:
@@ -175,7 +175,7 @@ async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_o
     monkeypatch.setattr(backend._index, "fence_rows", not_held)
     await asyncio.wait_for(a.scheduler.reload(), 10)  # no LeaseLost out of it
     monkeypatch.undo()
-    left = await index.get(("Held", name))
+    left = await rows.get(("Held", name))
     assert left is not None and left.state is AlarmState.RUNNING  # left to its new owner
 
 

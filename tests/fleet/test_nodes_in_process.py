@@ -264,7 +264,7 @@ async def test_an_executions_log_is_fenced_by_its_objects_shard(
     await a.executions.start("greet", {"who": "fleet"}, execution_id=eid)
     await clock.advance(1)
     await until(lambda: _status(a, eid, "suspended"), what="the execution waits")
-    store = backend_of(first).execution_store
+    store = backend_of(first).execution_log
     record = await store.get(eid)
     assert record is not None
     await cut_off(first)

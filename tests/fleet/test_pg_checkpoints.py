@@ -21,7 +21,7 @@ from alarmtop.core.model.operations import (
     OpStatus,
     OpType,
 )
-from alarmtop.core.storage.postgres.execution_log import MergedCheckpoints, PgExecutionStore
+from alarmtop.core.storage.postgres.execution_log import MergedCheckpoints, PgExecutionLog
 from tests.fleet.conftest import NodeFactory, backend_of, balance, cut_off, name_on, until
 
 
@@ -57,7 +57,7 @@ async def two_nodes(node: NodeFactory) -> tuple[Runtime, Runtime]:
 
 async def waiting_run(node: NodeFactory, clock: VirtualClock, on: Runtime | None = None,
                       via: Runtime | None = None
-                      ) -> tuple[Runtime, str, PgExecutionStore, ExecutionRecord]:
+                      ) -> tuple[Runtime, str, PgExecutionLog, ExecutionRecord]:
     """An execution on `on`'s shards (a node of its own by default) suspended on a
     callback, started through `via` (default: `on`); its owner, id, store and record."""
     if on is None:
@@ -65,7 +65,7 @@ async def waiting_run(node: NodeFactory, clock: VirtualClock, on: Runtime | None
         on.register_execution(waits)
     eid = name_on(on, cls=EXECUTION_CLASS, prefix="run")
     await suspended(via or on, eid, clock)
-    store = backend_of(on).execution_store
+    store = backend_of(on).execution_log
     record = await store.get(eid)
     assert record is not None
     return on, eid, store, record
@@ -140,8 +140,8 @@ async def test_a_node_busy_with_plain_checkpoints_still_sees_other_nodes_counts(
     other nodes change are still read at least every second while the node is busy."""
     a, b = await two_nodes(node)
     _, eid, store, _ = await waiting_run(node, clock, on=a)
-    before = a.backend.alarm_index.counters().alarms.get("dead", 0)
-    await b.backend.alarm_index.write([
+    before = a.backend.alarm_rows.counters().alarms.get("dead", 0)
+    await b.backend.database.write([
         AlarmRecord("Counter", name_on(b, prefix=f"d{i}-"), 1, AlarmState.DEAD, 6, None, "x")
         for i in range(3)])
     i = 0
@@ -150,7 +150,7 @@ async def test_a_node_busy_with_plain_checkpoints_still_sees_other_nodes_counts(
         nonlocal i
         i += 1
         await store.checkpoint(eid, None, [step(i)], [])  # never idle for a second
-        return a.backend.alarm_index.counters().alarms.get("dead", 0) == before + 3
+        return a.backend.alarm_rows.counters().alarms.get("dead", 0) == before + 3
     await until(seen, what="b's dead letters counted on a")
 
 
@@ -163,7 +163,7 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
     a.register_execution(waits)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
     await suspended(a, eid, clock)
-    store, idx = backend_of(a).execution_store, a.backend.alarm_index
+    store, db, rows = backend_of(a).execution_log, a.backend.database, a.backend.alarm_rows
     real, fail = database.R.parse_counters, [1]
 
     def parse(rows: Any) -> Any:
@@ -172,12 +172,12 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
             raise RuntimeError("statement timeout (simulated)")
         return real(rows)
     monkeypatch.setattr(database.R, "parse_counters", parse)
-    dead = idx.counters().alarms.get("dead", 0)
-    await idx.write([AlarmRecord("Counter", name_on(a, prefix="d"), 1, AlarmState.DEAD, 6,
+    dead = rows.counters().alarms.get("dead", 0)
+    await db.write([AlarmRecord("Counter", name_on(a, prefix="d"), 1, AlarmState.DEAD, 6,
                                  None, "x")])
-    assert idx.counters().alarms.get("dead", 0) == dead  # that read failed
+    assert rows.counters().alarms.get("dead", 0) == dead  # that read failed
     await store.checkpoint(eid, None, [step(1)], [])
-    assert idx.counters().alarms.get("dead", 0) == dead + 1
+    assert rows.counters().alarms.get("dead", 0) == dead + 1
 
 
 def test_the_fence_names_the_execution_class_the_engine_uses() -> None:
@@ -204,7 +204,7 @@ async def test_an_execution_start_and_end_go_as_one_statement_each(
     a.register_execution(quick)
     batches = watch_alone(monkeypatch)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="q")
-    executions = a.backend.alarm_index.counters().executions.get("succeeded", 0)
+    executions = a.backend.alarm_rows.counters().executions.get("succeeded", 0)
     await a.executions.start("quick", 41, execution_id=eid)
     await clock.advance(1)
 
@@ -214,13 +214,13 @@ async def test_an_execution_start_and_end_go_as_one_statement_each(
     assert (1, 1, 0, "ok") in batches  # the start: its record and history with its alarm
     assert batches[-1] == (1, 0, 1, "ok")  # the end: its alarm deleted in the same one
     assert (await a.executions.describe(eid))["result"] == 42
-    assert await a.backend.alarm_index.get((EXECUTION_CLASS, eid)) is None
-    assert [t for t in await backend_of(a).execution_store.timers(execution_id=eid)] == []
-    history = await backend_of(a).execution_store.history(eid)
+    assert await a.backend.alarm_rows.get((EXECUTION_CLASS, eid)) is None
+    assert [t for t in await backend_of(a).execution_log.timers(execution_id=eid)] == []
+    history = await backend_of(a).execution_log.history(eid)
     assert history[0]["EventType"] == "ExecutionStarted"
     assert history[-1]["EventType"] == "ExecutionSucceeded"
     # The counters moved with it (read back after a batch that changed a status).
-    assert a.backend.alarm_index.counters().executions.get("succeeded", 0) == executions + 1
+    assert a.backend.alarm_rows.counters().executions.get("succeeded", 0) == executions + 1
 
 
 async def test_an_ended_executions_timers_are_gone_even_if_set_in_the_same_batch(
@@ -259,16 +259,16 @@ async def test_alarm_rows_alone_for_a_shard_lost_keep_nothing(
     """Alarm rows without a checkpoint also go as one statement, fenced."""
     first = await node("b")
     name = name_on(first, prefix="lost")
-    idx = first.backend.alarm_index
-    await idx.write([AlarmRecord("Counter", name, 5, AlarmState.PENDING, 0, None, None)])
-    assert await idx.get(("Counter", name)) is not None
+    db, rows = first.backend.database, first.backend.alarm_rows
+    await db.write([AlarmRecord("Counter", name, 5, AlarmState.PENDING, 0, None, None)])
+    assert await rows.get(("Counter", name)) is not None
     await cut_off(first)
     await node("b")  # a restart under the same id takes the shards with new epochs
     with pytest.raises(LeaseLost, match="no longer holds shard"):
-        await idx.write([AlarmRecord("Counter", name, 9, AlarmState.PENDING, 0, None, None)])
+        await db.write([AlarmRecord("Counter", name, 9, AlarmState.PENDING, 0, None, None)])
     with pytest.raises(LeaseLost, match="no longer holds shard"):
-        await idx.write([], [("Counter", name)])
-    kept = await idx.get(("Counter", name))
+        await db.write([], [("Counter", name)])
+    kept = await rows.get(("Counter", name))
     assert kept is not None and kept.scheduled_ms == 5
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from alarmtop.core import AlarmState, DurableObject, Runtime, VirtualClock
 from alarmtop.core.model.alarm_policy import AlarmRecord
-from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex
+from alarmtop.core.storage.sqlite.database import SqliteDatabase
 from alarmtop.examples.festival import FestivalServices, build_festival
 from alarmtop.server.app import OpsServer
 from tests.conftest import START_MS, RuntimeFactory
@@ -32,14 +32,14 @@ class Idle(DurableObject):
 
 async def fill(rt: Runtime) -> None:
     """Dead letters, retries (some near exhaustion) and pending alarms with ties."""
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     recs = [AlarmRecord("Quiet", f"p{i:02d}", START_MS, next_attempt_ms=START_MS + 1000 * (i % 4))
             for i in range(30)]
     recs += [AlarmRecord("Quiet", f"r{i}", START_MS, AlarmState.RETRYING, retry_count=i % 7,
                          next_attempt_ms=START_MS + 500) for i in range(9)]
     recs += [AlarmRecord("Quiet", f"d{i}", START_MS, AlarmState.DEAD, retry_count=6)
              for i in range(4)]
-    await index.write(recs)
+    await db.write(recs)
 
 
 async def walk(c: Client, op: str, limit: int, **args: Any) -> list[list[dict[str, Any]]]:
@@ -136,7 +136,7 @@ async def test_objects_page_by_key_with_resident_ones_merged(
     await rt.get(Quiet, "s1").touch()
     await rt.get(Idle, "b-resident").ping()
     assert ("Idle", "b-resident") in rt.resident_objects()
-    assert await rt.backend.alarm_index.known_among([("Idle", "b-resident")]) == set()
+    assert await rt.backend.alarm_rows.known_among([("Idle", "b-resident")]) == set()
     v = await client((await serve(rt)).url, VIEWER)
     pages = await walk(v, "objects", 3)
     every = [r["object"] for p in pages for r in p]
@@ -152,12 +152,12 @@ async def test_objects_page_by_key_with_resident_ones_merged(
 
 
 @contextmanager
-def statements(index: SqliteAlarmIndex) -> Iterator[list[str]]:
+def statements(db: SqliteDatabase) -> Iterator[list[str]]:
     """Every SQL statement either connection of the runtime database runs meanwhile."""
     seen: list[str] = []
-    conns: list[sqlite3.Connection] = [index.conn]
-    if index._reader._conn is not None:
-        conns.append(index._reader._conn)
+    conns: list[sqlite3.Connection] = [db.conn]
+    if db._reader._conn is not None:
+        conns.append(db._reader._conn)
     for conn in conns:
         conn.set_trace_callback(seen.append)
     try:
@@ -192,13 +192,13 @@ async def test_metrics_and_the_header_read_counters_not_rows(
     rt = await make_runtime(Quiet)
     await fill(rt)
     server = await serve(rt)
-    index = rt.backend.alarm_index
-    assert isinstance(index, SqliteAlarmIndex)
-    with statements(index) as seen:
+    db = rt.backend.database
+    assert isinstance(db, SqliteDatabase)
+    with statements(db) as seen:
         status, body = await scrape(server)
         counts = await server.ops.counts()
     assert status == 200 and seen == [], seen
-    with statements(index) as seen:
+    with statements(db) as seen:
         snapshot_counts = (await server.ops.snapshot())["counts"]
     assert seen and counting(seen) == [], counting(seen)
     assert 'alarmtop_alarms{state="retrying"} 9.0' in body

@@ -40,7 +40,7 @@ async def test_a_bulk_action_finishes_when_its_client_disconnects_halfway(
     await operator.ws.close()  # the console goes away mid-batch
     batch = await rt.bulk.wait(started["id"])
     assert (batch["status"], batch["done"], batch["failed"]) == ("done", 2000, 0)
-    assert (await rt.backend.alarm_index.counts())["dead"] == 0
+    assert (await rt.backend.alarm_rows.counts())["dead"] == 0
     viewer = await client(server.url, VIEWER)
     seen = await viewer.ok("bulk", batch_id=started["id"])
     assert seen["done"] == 2000 and seen["actor"].startswith("127.0.0.1")
@@ -67,7 +67,7 @@ async def test_bad_bulk_input_is_a_clear_error_and_changes_nothing(
     answer = await operator.request("bulk_start", **fields)
     assert answer["ok"] is False and match in answer["error"]
     assert await rt.bulk.list() == []
-    assert (await rt.backend.alarm_index.counts())["dead"] == 3
+    assert (await rt.backend.alarm_rows.counts())["dead"] == 3
     (row,) = await rt.audit.list()
     assert not row["ok"] and row["role"] == "operator"
 

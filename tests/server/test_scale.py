@@ -24,13 +24,13 @@ VIEWERS = 200
 async def fill(rt: Runtime) -> None:
     """100,000 pending alarms an hour ahead and 5 dead letters, written straight into the
     alarm index in batches (arming them one RPC at a time would take minutes)."""
-    index = rt.backend.alarm_index
+    db = rt.backend.database
     for lo in range(0, PENDING, BATCH):
-        await index.write([AlarmRecord("Quiet", f"p{i:06d}", START_MS + HOUR_MS + i,
+        await db.write([AlarmRecord("Quiet", f"p{i:06d}", START_MS + HOUR_MS + i,
                                        next_attempt_ms=START_MS + HOUR_MS + i)
                            for i in range(lo, lo + BATCH)])
     err = "RuntimeError: downstream unavailable"
-    await index.write([AlarmRecord("Always", f"d{i}", START_MS - 10_000, AlarmState.DEAD,
+    await db.write([AlarmRecord("Always", f"d{i}", START_MS - 10_000, AlarmState.DEAD,
                                    retry_count=6, last_error=err,
                                    attempts=tuple(Attempt(START_MS - 9000 + k, START_MS - 9000 + k,
                                                           err) for k in range(7)))
@@ -129,7 +129,7 @@ async def test_near_exhaustion_count_is_not_capped(make_runtime: RuntimeFactory,
     """With 300 alarms on their last retry, the snapshot's count says 300."""
     rt = await make_runtime(Quiet)
     err = "RuntimeError: downstream unavailable"
-    await rt.backend.alarm_index.write([
+    await rt.backend.database.write([
         AlarmRecord("Quiet", f"r{i:03d}", START_MS, AlarmState.RETRYING, retry_count=6,
                     next_attempt_ms=START_MS + HOUR_MS, last_error=err)
         for i in range(300)])

@@ -21,7 +21,7 @@ def subtitle(pilot: Pilot, table: str) -> str:
 
 async def test_pages_go_by_key_and_say_about_when_rows_moved_before_them(
         harness: Harness) -> None:
-    await harness.rt.backend.alarm_index.write([
+    await harness.rt.backend.database.write([
         AlarmRecord("Flaky", f"p-{i:03d}", START_MS + HOUR_MS + i,
                     next_attempt_ms=START_MS + HOUR_MS + i) for i in range(350)])
     app, rec = await start(harness)
@@ -48,7 +48,7 @@ async def test_pages_go_by_key_and_say_about_when_rows_moved_before_them(
         assert ["Flaky", "p-099"] in keyed  # the window of page three: from page two on
         assert "about" not in subtitle(pilot, "#alarm-page")
 
-        await harness.rt.backend.alarm_index.write(
+        await harness.rt.backend.database.write(
             [], [("Flaky", f"p-{i:03d}") for i in range(10)])  # ten go before the page
         await harness.clock.advance(0)
         await until(pilot, lambda: "about 201-300 of 340" in subtitle(pilot, "#alarm-page"),

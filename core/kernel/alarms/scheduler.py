@@ -18,20 +18,20 @@ from typing import Any
 
 from alarmtop.core.kernel.clock import Clock
 from alarmtop.core.kernel.events import EventBus
-from alarmtop.core.kernel.logs import (
+from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
+from alarmtop.core.model import alarm_intent, alarm_pause, alarm_policy
+from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
+from alarmtop.core.model.due_window import DueWindow
+from alarmtop.core.model.errors import LeaseLost
+from alarmtop.core.model.log_records import (
     ALARM_LOG,
     NAMED_DEAD_LETTERS,
     alarm_failed_message,
     dead_letters_message,
     log_event,
 )
-from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
-from alarmtop.core.model import alarm_intent, alarm_pause, alarm_policy
-from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState, RetryPolicy
-from alarmtop.core.model.due_window import DueWindow
-from alarmtop.core.model.errors import LeaseLost
 from alarmtop.core.model.object_names import object_file_name
-from alarmtop.core.ports import AlarmIndex, ExtraWrite
+from alarmtop.core.ports import AlarmRows, ExtraWrite, RuntimeDatabase
 
 _PENDING = object()
 FireFn = Callable[[AlarmRecord], Awaitable[None]]
@@ -41,17 +41,18 @@ PausedOf = Callable[[], Awaitable[list[tuple[AlarmKey, int]]]]
 
 
 class AlarmScheduler:
-    def __init__(self, index: AlarmIndex, clock: Clock, events: EventBus,
+    def __init__(self, database: RuntimeDatabase, rows: AlarmRows, clock: Clock,
+                 events: EventBus,
                  policy_for: Callable[[str], RetryPolicy], tasks: Supervisor, *,
                  max_concurrent: int,
                  window_size: int, sweep_interval_s: float,
                  rng: random.Random | None = None, keep_attempts: int = alarm_policy.DEFAULT_KEEP,
                  paused_of: PausedOf | None = None) -> None:
-        self.index = index
+        self.rows = rows
         # In a fleet: whether this node does a thing the whole fleet does once.
         self.once: Callable[[str, int], Awaitable[bool]] | None = None
-        self._submit = index.submit
-        self._object_write = index.object_write
+        self._submit = database.submit
+        self._object_write = rows.object_write
         self._clock = clock
         self._supervisor = tasks
         self._events = events
@@ -100,7 +101,7 @@ class AlarmScheduler:
         self._fire = fire
         self._intent_of = intent_of
         self.draining = False
-        self._file_classes = set(await self.index.object_classes())
+        self._file_classes = set(await self.rows.object_classes())
         await self._load_paused()
         await self._recover_crashed()
         await self._refill()
@@ -140,7 +141,7 @@ class AlarmScheduler:
             # node gains shards, while its own handlers run on the shards it kept. One
             # that ended after the read left a stale 'running' row in `running`.
             ends = dict(self._ends)
-            running = [rec for rec in await self.index.in_state(AlarmState.RUNNING.value,
+            running = [rec for rec in await self.rows.in_state(AlarmState.RUNNING.value,
                                                                 1000, mine=True)
                        if not self._ran_here(rec.key, ends)]
             if not running:
@@ -176,7 +177,7 @@ class AlarmScheduler:
         if self.exclusive is None:
             return await self._recover(rec, error)
         async with self.exclusive(rec.key):
-            current = await self.index.get(rec.key)
+            current = await self.rows.get(rec.key)
             if current is None or current.state is not AlarmState.RUNNING or \
                     current.started_ms != rec.started_ms or rec.key in self.running:
                 return current  # moved on meanwhile: nothing of it is left to recover
@@ -266,7 +267,7 @@ class AlarmScheduler:
         rec = self.window.records.get(key)
         if rec is not None:
             return rec
-        return await self.index.get(key)
+        return await self.rows.get(key)
 
     async def commit(self, key: AlarmKey, tr: alarm_policy.Transition | None,
                      extra: ExtraWrite | None = None, final: bool = False, *,
@@ -437,7 +438,7 @@ class AlarmScheduler:
         self._loading, self._changed = True, {}
         try:
             want = max(self.window.capacity - len(self.window), self.window.capacity // 4)
-            rows, complete = await self.index.due_after(self.window.horizon_ms, want)
+            rows, complete = await self.rows.due_after(self.window.horizon_ms, want)
             changed = self._changed
             self.window.load(rows, complete, skip=set(changed))
             for key, rec in changed.items():
@@ -566,11 +567,11 @@ class AlarmScheduler:
         """Catch overdue alarms the window missed; remind about dead letters."""
         now = self._clock.now_ms()
         found = 0
-        for rec in await self.index.in_state(AlarmState.RUNNING.value, 1000, mine=True):
+        for rec in await self.rows.in_state(AlarmState.RUNNING.value, 1000, mine=True):
             # 'running' with nobody running it: its end was never recorded.
             if rec.key not in self.running and rec.key not in self._repairs:
                 self.repair_later(rec, "the end of the attempt was never recorded")
-        for rec in await self.index.overdue(now - 1000, 1000):
+        for rec in await self.rows.overdue(now - 1000, 1000):
             if (rec.state is AlarmState.RUNNING or rec.key in self.window.records
                     or not self.window.covers(rec.due_ms)):
                 continue  # in flight, already known, or the next refill brings it
@@ -579,10 +580,10 @@ class AlarmScheduler:
         if found:
             self._events.emit("alarm.swept", {"requeued": found})
             self._wakeup.poke()
-        dead = (await self.index.counts()).get(AlarmState.DEAD.value, 0)
+        dead = (await self.rows.counts()).get(AlarmState.DEAD.value, 0)
         if dead and await self._remind_here(now):
             named = [f"{r.object_class}/{r.object_name}" for r in
-                     await self.index.in_state(AlarmState.DEAD.value, NAMED_DEAD_LETTERS)]
+                     await self.rows.in_state(AlarmState.DEAD.value, NAMED_DEAD_LETTERS)]
             log_event(ALARM_LOG, logging.WARNING, dead_letters_message(dead, named),
                       event="alarm.dead_letters", count=dead, objects=named)
             self._events.emit("alarm.dead_letters", {"count": dead})

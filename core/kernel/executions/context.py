@@ -80,7 +80,8 @@ from alarmtop.core.model.replay import (
     resolve,
     suspend_reason,
 )
-from alarmtop.core.ports import ExecutionStore, LogChain
+from alarmtop.core.model.storage_values import LogChain
+from alarmtop.core.ports import ExecutionLog
 
 if TYPE_CHECKING:
     from alarmtop.core.kernel.clock import Clock
@@ -122,7 +123,7 @@ class Invocation:
     """One run of a handler: the log it replays, event numbering, checkpoints."""
 
     def __init__(self, record: ExecutionRecord, ops: dict[str, OperationRecord],
-                 next_event_id: int, store: ExecutionStore, clock: Clock,
+                 next_event_id: int, store: ExecutionLog, clock: Clock,
                  faults: FaultRegistry, rng: random.Random,
                  marks: dict[str, str] | None = None, *, replay_only: bool = False) -> None:
         self.record = record

@@ -45,7 +45,7 @@ from alarmtop.core.model.operations import (
     payload,
 )
 from alarmtop.core.model.replay import HUMAN, advance, advance_execution, redrive_plan
-from alarmtop.core.ports import LogChain
+from alarmtop.core.model.storage_values import LogChain
 
 if TYPE_CHECKING:
     from alarmtop.core.kernel.executions.service import ExecutionEngine

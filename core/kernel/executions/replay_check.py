@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from alarmtop.core.kernel.clock import Clock
     from alarmtop.core.kernel.executions.service import DurableFunction
     from alarmtop.core.kernel.faults import FaultRegistry
-    from alarmtop.core.ports import ExecutionStore
+    from alarmtop.core.ports import ExecutionLog
 
 CLEAN = "replays cleanly"
 DEFAULT_DEADLINE_S = 10.0
@@ -43,7 +43,7 @@ def _copy(ops: Mapping[str, OperationRecord]) -> dict[str, OperationRecord]:
 
 async def replay_check(fn: DurableFunction, record: ExecutionRecord,
                        ops: Mapping[str, OperationRecord], marks: Mapping[str, str], *,
-                       store: ExecutionStore, clock: Clock, faults: FaultRegistry,
+                       store: ExecutionLog, clock: Clock, faults: FaultRegistry,
                        input_text: str | None = None,
                        deadline_s: float = DEFAULT_DEADLINE_S) -> dict[str, Any]:
     """Replay `ops` (and `marks`) against `fn` in replay-only mode; a JSON-ready report.

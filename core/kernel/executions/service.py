@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from alarmtop.core.kernel.executions.context import current_step, decode_callback_id
 from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
-from alarmtop.core.kernel.logs import log_execution
 from alarmtop.core.model.execution_errors import (
     InvalidExecutionState,
     UnknownCallback,
     UnknownExecution,
     ValidationError,
 )
+from alarmtop.core.model.log_records import log_execution
 from alarmtop.core.model.operations import ExecutionRecord, OpType
 from alarmtop.core.model.serialization import to_json
 from alarmtop.core.ops.execution_tools import OperatorTools
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from alarmtop.core.kernel.events import EventBus
     from alarmtop.core.kernel.executions.context import DurableContext
     from alarmtop.core.kernel.faults import FaultRegistry
-    from alarmtop.core.ports import ExecutionStore
+    from alarmtop.core.ports import AuditRows, ExecutionLog
 
 # Starts an execution for an invoke: (handler name, execution id, parent, input text).
 StartExecution = Callable[[str, str, str, str], Awaitable[Any]]
@@ -92,10 +92,10 @@ class ExecutionEngine:
     """What execution objects share: handlers, their log store, faults, events, clock.
 
     Built by the runtime and handed what it needs (no component reaches into the
-    runtime): `store` is the backend's `ExecutionStore`; `start_execution` and
+    runtime): `store` is the backend's `ExecutionLog`; `start_execution` and
     `call_execution` reach other executions (an invoke's child, its parent)."""
 
-    def __init__(self, store: ExecutionStore, events: EventBus, faults: FaultRegistry,
+    def __init__(self, store: ExecutionLog, events: EventBus, faults: FaultRegistry,
                  clock: Clock, rng: random.Random | None = None, *,
                  start_execution: StartExecution, call_execution: CallExecution,
                  hooks: Hooks = NO_HOOKS) -> None:
@@ -368,7 +368,7 @@ class AuditLog:
     Text is made safe to store before it is written: an odd character (a lone
     surrogate, say) must never let an action skip its row."""
 
-    def __init__(self, store: ExecutionStore, events: EventBus, clock: Clock) -> None:
+    def __init__(self, store: AuditRows, events: EventBus, clock: Clock) -> None:
         self._store = store
         self._events = events
         self._clock = clock
@@ -397,7 +397,7 @@ class Ledger:
     that re-runs after a crash can be seen to have tried twice but delivered once.
     """
 
-    def __init__(self, store: ExecutionStore, events: EventBus, faults: FaultRegistry,
+    def __init__(self, store: ExecutionLog, events: EventBus, faults: FaultRegistry,
                  clock: Clock) -> None:
         self._store = store
         self._events = events

@@ -26,7 +26,8 @@ from alarmtop.core.model import alarm_intent
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, Transition
 from alarmtop.core.model.errors import InvalidArgument
 from alarmtop.core.model.serialization import alarm_time_ms, to_json
-from alarmtop.core.ports import ExecResult, ExtraWrite, ObjectStore
+from alarmtop.core.model.storage_values import ExecResult
+from alarmtop.core.ports import ExtraWrite, ObjectStore
 
 log = logging.getLogger("alarmtop.runtime")
 _UNSET: Any = object()

@@ -24,16 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
-from alarmtop.core.storage.postgres.database import PgAlarmIndex
-from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionStore
+from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
+from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
+from alarmtop.core.storage.postgres.database import PgDatabase
+from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.objects import PgObjectStore
+from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
 from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
 
 if TYPE_CHECKING:
     import asyncpg
 
-    from alarmtop.core.kernel.faults import FaultRegistry
+    from alarmtop.core.ports import FaultMirror
     from alarmtop.core.storage.postgres.database import PgConn
 
 ObjectKey = tuple[str, str]
@@ -180,20 +183,35 @@ class PostgresBackend:
         self._rounds = 0
         self._keeper: asyncio.Task[None] | None = None
         self._on_change: ShardListener | None = None
-        self._index = PgAlarmIndex(self._require_pool, self._connect, self.shard_of,
-                                   self.fence, self.owned_shards, self.fence_rows,
-                                   MERGED)
-        self._executions = PgExecutionStore(self._index, self.node_id)
+        self._writer = PgAlarmRowWriter(self.shard_of)
+        self._db = PgDatabase(self._require_pool, self._connect, self._writer,
+                              fence=self.fence, fence_rows=self.fence_rows, single=MERGED)
+        self._alarm_rows = PgAlarmRows(self._db, self._writer, self.owned_shards)
+        self._executions = PgExecutionLog(self._db, self._writer.counters)
+        self._audit = PgAuditRows(self._db, self.node_id)
+        self._operator = PgOperatorRows(self._db, self.node_id, self.owned_shards)
 
     # -- the protocol ---------------------------------------------------------------------
 
     @property
-    def alarm_index(self) -> PgAlarmIndex:
-        return self._index
+    def database(self) -> PgDatabase:
+        return self._db
 
     @property
-    def execution_store(self) -> PgExecutionStore:
+    def alarm_rows(self) -> PgAlarmRows:
+        return self._alarm_rows
+
+    @property
+    def execution_log(self) -> PgExecutionLog:
         return self._executions
+
+    @property
+    def audit_rows(self) -> PgAuditRows:
+        return self._audit
+
+    @property
+    def operator_rows(self) -> PgOperatorRows:
+        return self._operator
 
     def shard_of(self, key: ObjectKey) -> int:
         return shard_of(key, self.shards)
@@ -226,7 +244,7 @@ class PostgresBackend:
                 self.cluster_secret = await self._secret(conn)
                 await self._check_node_id(conn)
             await self.keep_leases_once()
-            await self._index.open()
+            await self._db.open()
         except BaseException:
             await self._pool.close()
             self._pool = None
@@ -253,7 +271,7 @@ class PostgresBackend:
             # goes now rather than with the garbage collector.
             if faults is not None:
                 faults.cut_off()
-            self._index.cut_off()
+            self._db.cut_off()
             if pool is not None:
                 pool.terminate()
             raise
@@ -266,7 +284,7 @@ class PostgresBackend:
         if keeper is not None:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-        await self._index.close()
+        await self._db.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             epochs, self.epochs = self.epochs, {}
@@ -296,11 +314,11 @@ class PostgresBackend:
                                         self.shard_of(key), self.fence)
 
     async def count_objects(self) -> int:
-        return await self._index.count_objects()
+        return await self._alarm_rows.count_objects()
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:
-        return await self._index.list_objects(limit, offset, contains)
+        return await self._alarm_rows.list_objects(limit, offset, contains)
 
     # -- schema and shards ----------------------------------------------------------------
 
@@ -581,10 +599,10 @@ class PostgresBackend:
                  "stopped_ms": r[4], "shards": int(r[5]),
                  "up": r[4] is None and r[3] >= now - self.lease_ms} for r in rows]
 
-    async def share_faults(self, registry: FaultRegistry) -> None:
+    async def share_faults(self, registry: FaultMirror) -> None:
         """Make `registry` a mirror of the fleet's faults (kept until `close`): what it
         holds now is written first, ids get this node's name."""
-        from alarmtop.core.kernel.faults import Fault
+        from alarmtop.core.model.faults import Fault
         store = PgFaultStore(self._require_pool(), self.dsn, self.node_id)
         registry.id_suffix = f"@{self.node_id}"
         registry.sink = store

@@ -1,6 +1,6 @@
-"""Execution logs, history, the ledger and the audit log on PostgreSQL.
+"""Execution logs, history and the ledger on PostgreSQL.
 
-The same shape as the SQLite store: checkpoints ride the alarm index's group
+The same shape as the SQLite store: checkpoints ride the runtime database's group
 commit (so a log and the alarm that acts on it can share one transaction), reads
 take connections from the pool.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model.errors import ChainBroken, LeaseLost
@@ -22,9 +22,10 @@ from alarmtop.core.model.execution_timers import (
 )
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.ports import LogChain
+from alarmtop.core.model.storage_values import Counts, LogChain
 from alarmtop.core.storage.postgres import reads
-from alarmtop.core.storage.postgres.database import COLUMNS, PgAlarmIndex, PgWrite
+from alarmtop.core.storage.postgres.alarm_rows import COLUMNS
+from alarmtop.core.storage.postgres.database import PgDatabase, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -346,10 +347,12 @@ class PgChainedWrite:
         self.chain.broken = True
 
 
-class PgExecutionStore:
-    def __init__(self, db: PgAlarmIndex, node_id: str | None = None) -> None:
+class PgExecutionLog:
+    """`ExecutionLog` on the PostgreSQL runtime database."""
+
+    def __init__(self, db: PgDatabase, counters: Callable[[], Counts]) -> None:
         self._db = db
-        self.node_id = node_id
+        self._counters = counters  # the runtime database's counters, kept with its writes
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
@@ -398,7 +401,7 @@ class PgExecutionStore:
         return write if chain is None else PgChainedWrite(write, chain)
 
     async def marks(self, execution_id: str) -> dict[str, str]:
-        rows = await self._db._fetch(f"SELECT key, value FROM {SCHEMA}.execution_marks WHERE "
+        rows = await self._db.fetch(f"SELECT key, value FROM {SCHEMA}.execution_marks WHERE "
                                      "execution_id = $1", execution_id)
         return {r[0]: r[1] for r in rows}
 
@@ -415,7 +418,7 @@ class PgExecutionStore:
             params.append(execution_id)
             where.append(f"t.execution_id = ${len(params)}")
         params.append(limit)
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT t.execution_id, t.op_id, t.kind, t.due_ms, t.name, e.name, e.status, "
             f"(e.data::jsonb ->> 'paused') FROM {SCHEMA}.execution_timers t JOIN "
             f"{SCHEMA}.executions e ON e.id = t.execution_id"
@@ -433,23 +436,23 @@ class PgExecutionStore:
         await self._db.submit()
 
     async def get(self, execution_id: str) -> ExecutionRecord | None:
-        rows = await self._db._fetch(f"SELECT data FROM {SCHEMA}.executions WHERE id = $1",
+        rows = await self._db.fetch(f"SELECT data FROM {SCHEMA}.executions WHERE id = $1",
                                      execution_id)
         return ExecutionRecord.from_dict(json.loads(rows[0][0])) if rows else None
 
     async def operations(self, execution_id: str) -> builtins.list[OperationRecord]:
-        rows = await self._db._fetch(f"SELECT data FROM {SCHEMA}.operations WHERE "
+        rows = await self._db.fetch(f"SELECT data FROM {SCHEMA}.operations WHERE "
                                      "execution_id = $1", execution_id)
         return [OperationRecord.from_dict(json.loads(r[0])) for r in rows]
 
     async def max_event_id(self, execution_id: str) -> int:
-        rows = await self._db._fetch(f"SELECT max(event_id) FROM {SCHEMA}.history WHERE "
+        rows = await self._db.fetch(f"SELECT max(event_id) FROM {SCHEMA}.history WHERE "
                                      "execution_id = $1", execution_id)
         return int(rows[0][0] or 0)
 
     async def history(self, execution_id: str, after: int = 0,
                       limit: int = -1) -> builtins.list[dict[str, Any]]:
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT data FROM {SCHEMA}.history WHERE execution_id = $1 AND event_id > $2 "
             "ORDER BY event_id LIMIT $3", execution_id, after, None if limit < 0 else limit)
         return [json.loads(r[0]) for r in rows]
@@ -466,18 +469,18 @@ class PgExecutionStore:
         sql, params = reads.execution_page(after, limit, offset=offset, status=status,
                                        contains=contains, desc=desc)
         return [ExecutionRecord.from_dict(json.loads(r[0]))
-                for r in await self._db._fetch(sql, *params)]
+                for r in await self._db.fetch(sql, *params)]
 
     async def count(self, status: str | None = None, contains: str | None = None) -> int:
         if contains:
             sql, params = reads.execution_count(status, contains)
-            return int((await self._db._fetch(sql, *params))[0][0])
+            return int((await self._db.fetch(sql, *params))[0][0])
         counts = await self.counts()
         return counts.get(status, 0) if status else sum(counts.values())
 
     async def counts(self) -> dict[str, int]:
         """From the counters kept with the writes: no scan."""
-        return dict(self._db.counters().executions)
+        return dict(self._counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 
@@ -497,36 +500,8 @@ class PgExecutionStore:
         return seen[-1] == 1 or not honour_key
 
     async def ledger_get(self, key: str) -> dict[str, Any] | None:
-        rows = await self._db._fetch(f"SELECT value, at_ms, deliveries FROM {SCHEMA}.ledger "
+        rows = await self._db.fetch(f"SELECT value, at_ms, deliveries FROM {SCHEMA}.ledger "
                                      "WHERE key = $1", key)
         if not rows:
             return None
         return {"value": json.loads(rows[0][0]), "at_ms": rows[0][1], "deliveries": rows[0][2]}
-
-    # -- audit log ------------------------------------------------------------------------
-
-    async def audit_append(self, entry: dict[str, Any]) -> None:
-        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
-               entry.get("target"), entry.get("reason"), bool(entry.get("ok", True)),
-               _dumps(entry.get("detail")), self.node_id)
-
-        async def write(conn: PgConn) -> None:
-            await conn.execute(f"INSERT INTO {SCHEMA}.audit (at_ms, actor, role, action, target, "
-                               "reason, ok, detail, node) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-                               *row)
-        await self._db.submit(extra=write)
-
-    async def audit_list(self, limit: int = 100,
-                         offset: int = 0) -> builtins.list[dict[str, Any]]:
-        """The newest rows first, by offset (see `audit_page`)."""
-        return await self.audit_page(None, limit, offset=offset)
-
-    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
-                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
-        """By `seq` (the table's own key)."""
-        sql, params = reads.audit_page(after, limit, offset=offset, desc=desc)
-        out = [dict(zip(reads.AUDIT_COLUMNS, r, strict=True))
-               for r in await self._db._fetch(sql, *params)]
-        for d in out:
-            d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
-        return out

@@ -13,7 +13,8 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.kernel.faults import Fault, FaultRegistry
+from alarmtop.core.model.faults import Fault
+from alarmtop.core.ports import FaultMirror
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -33,12 +34,12 @@ class PgFaultStore:
         self._node_id = node_id
         self._queue: asyncio.Queue[tuple[str, Fault | str]] = asyncio.Queue()
         self._dirty: dict[str, int] = {}  # fault id -> writes queued for it
-        self._registry: FaultRegistry | None = None
+        self._registry: FaultMirror | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: Any = None
         self._stale = asyncio.Event()
 
-    async def start(self, registry: FaultRegistry) -> None:
+    async def start(self, registry: FaultMirror) -> None:
         import asyncpg
 
         self._registry = registry

@@ -1,6 +1,6 @@
 """The operator tools' storage on PostgreSQL: paused alarms, the timers board, bulk
-batches (as `sqlite_operator` on SQLite; `operator_store.OperatorStore` says why
-writes ride the alarm index's group commit).
+batches (as `sqlite.operator_rows` on SQLite; `ports.OperatorRows` says why writes
+ride the runtime database's group commit).
 
 Tables of its schema migration: the alarm rows' `paused_ms`, `bulk_batches` and
 `bulk_items`. A batch belongs to the node that runs it (`node`); a node that starts
@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.bulk_items import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.errors import StorageError
 from alarmtop.core.model.selection import Selection
-from alarmtop.core.storage.operator_rows import BATCH_OPEN, PREP_CHUNK, ItemOutcome
-from alarmtop.core.storage.postgres.database import COLUMNS, PgAlarmIndex, PgWrite, from_row
+from alarmtop.core.storage.postgres.alarm_rows import COLUMNS, from_row
+from alarmtop.core.storage.postgres.database import PgDatabase, PgWrite
 from alarmtop.core.storage.postgres.reads import Params
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -109,37 +110,34 @@ def batch_of_row(row: Any) -> dict[str, Any]:
     return out
 
 
-class PgOperatorStore:
-    """`OperatorStore` on the PostgreSQL backend's runtime schema."""
+class PgOperatorRows:
+    """`OperatorRows` on the PostgreSQL backend's runtime schema."""
 
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-
-    @property
-    def _db(self) -> PgAlarmIndex:
-        db: PgAlarmIndex = self._backend.alarm_index
-        return db
+    def __init__(self, db: PgDatabase, node_id: str,
+                 owned: Callable[[], Sequence[int]] | None = None) -> None:
+        self._db = db
+        self.node_id = node_id
+        self._owned = owned  # the shards this node runs (None: all)
 
     def _node(self) -> str | None:
-        node = getattr(self._backend, "node_id", None)
-        return None if node is None else str(node)
+        return self.node_id
 
     # -- alarms ---------------------------------------------------------------------------
 
     async def paused(self, mine: bool = True) -> list[tuple[AlarmKey, int]]:
         q = _Sql()
         q.term("paused_ms IS NOT NULL")
-        shards = self._db._mine() if mine else None
+        shards = None if not mine or self._owned is None else list(self._owned())
         if shards is not None:
             q.term(f"shard = ANY({q.p(list(shards))}::int[])")
-        rows = await self._db._fetch(f"SELECT object_class, object_name, paused_ms FROM "
+        rows = await self._db.fetch(f"SELECT object_class, object_name, paused_ms FROM "
                                      f"{SCHEMA}.alarms WHERE {q.where()}", *q.params)
         return [((r[0], r[1]), int(r[2])) for r in rows]
 
     async def get_many(self, keys: Sequence[AlarmKey]) -> dict[AlarmKey, AlarmRecord]:
         if not keys:
             return {}
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT {COLUMNS} FROM {SCHEMA}.alarms a JOIN unnest($1::text[], $2::text[]) "
             "AS k(c, n) ON a.object_class = k.c AND a.object_name = k.n",
             [k[0] for k in keys], [k[1] for k in keys])
@@ -164,7 +162,7 @@ class PgOperatorStore:
         if until_ms is not None:
             q.term(f"{due} <= {q.p(until_ms)}")
         # Served by `alarms_board` (or `alarms_paused`): the row value walks the index.
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE {q.where()} ORDER BY {due}, "
             f"object_class, object_name LIMIT {q.p(limit)}", *q.params)
         return [from_row(r) for r in rows]
@@ -174,14 +172,14 @@ class PgOperatorStore:
     async def count_selected(self, sel: Selection) -> int:
         q = _Sql()
         table, _, _ = selection_sql(sel, q)
-        rows = await self._db._fetch(f"SELECT count(*) FROM {table} WHERE {q.where()}",
+        rows = await self._db.fetch(f"SELECT count(*) FROM {table} WHERE {q.where()}",
                                      *q.params)
         return int(rows[0][0])
 
     async def sample_selected(self, sel: Selection, limit: int) -> list[str]:
         q = _Sql()
         table, key, order = selection_sql(sel, q)
-        rows = await self._db._fetch(f"SELECT {key} FROM {table} WHERE {q.where()} ORDER BY "
+        rows = await self._db.fetch(f"SELECT {key} FROM {table} WHERE {q.where()} ORDER BY "
                                      f"{order} LIMIT {q.p(limit)}", *q.params)
         return [r[0] for r in rows]
 
@@ -244,7 +242,7 @@ class PgOperatorStore:
 
     async def open_items(self, batch_id: str, after_seq: int,
                          limit: int) -> list[tuple[int, str, str, dict[str, Any] | None]]:
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT seq, key, status, detail FROM {SCHEMA}.bulk_items WHERE batch_id = $1 AND "
             "status IN ('pending', 'running') AND seq > $2 ORDER BY seq LIMIT $3",
             batch_id, after_seq, limit)
@@ -321,34 +319,34 @@ class PgOperatorStore:
         return self._db.submit(extra=write)
 
     async def get_batch(self, batch_id: str) -> dict[str, Any] | None:
-        rows = await self._db._fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches WHERE "
+        rows = await self._db.fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches WHERE "
                                      "id = $1", batch_id)
         return batch_of_row(rows[0]) if rows else None
 
     async def failures(self, batch_id: str, after_seq: int,
                        limit: int) -> list[dict[str, Any]]:
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"SELECT seq, key, error FROM {SCHEMA}.bulk_items WHERE batch_id = $1 AND "
             "status = 'failed' AND seq > $2 ORDER BY seq LIMIT $3", batch_id, after_seq, limit)
         return [{"seq": r[0], "key": r[1], "error": r[2]} for r in rows]
 
     async def list_batches(self, limit: int, after: str | None) -> list[dict[str, Any]]:
         if after is None:
-            rows = await self._db._fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches "
+            rows = await self._db.fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches "
                                          "ORDER BY id DESC LIMIT $1", limit)
         else:
-            rows = await self._db._fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches "
+            rows = await self._db.fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches "
                                          "WHERE id < $1 ORDER BY id DESC LIMIT $2", after, limit)
         return [batch_of_row(r) for r in rows]
 
     async def open_batches(self) -> list[dict[str, Any]]:
-        rows = await self._db._fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches WHERE "
+        rows = await self._db.fetch(f"SELECT {_BATCH_SELECT} FROM {SCHEMA}.bulk_batches WHERE "
                                      "status = ANY($1::text[]) ORDER BY id", list(BATCH_OPEN))
         return [batch_of_row(r) for r in rows]
 
     async def claim_batch(self, batch_id: str, node: str, was: str | None) -> bool:
         """Take a batch over from node `was` (compare-and-set: one taker wins)."""
-        rows = await self._db._fetch(
+        rows = await self._db.fetch(
             f"UPDATE {SCHEMA}.bulk_batches SET node = $1 WHERE id = $2 AND node IS NOT "
             "DISTINCT FROM $3 AND status = ANY($4::text[]) RETURNING id", node, batch_id, was,
             sorted(BATCH_OPEN))

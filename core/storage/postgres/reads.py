@@ -16,7 +16,7 @@ from typing import Any
 
 from alarmtop.core.model import keys
 from alarmtop.core.model.keys import Cursor
-from alarmtop.core.ports import Counts
+from alarmtop.core.model.storage_values import Counts
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 _ALARM_KEY = {"urgency": ("urgency", "object_class", "object_name"),

@@ -1,6 +1,6 @@
-"""Execution logs in the runtime database: rows, operations, history, ledger, audit.
+"""Execution logs in the runtime database: rows, operations, history, ledger.
 
-Writes ride the alarm index's group commit, so a checkpoint shares its fsync
+Writes ride the runtime database's group commit, so a checkpoint shares its fsync
 with every other checkpoint and alarm change made at the same moment.
 """
 
@@ -10,7 +10,7 @@ import asyncio
 import builtins
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from alarmtop.core.model.errors import ChainBroken
@@ -22,9 +22,9 @@ from alarmtop.core.model.execution_timers import (
 )
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.ports import LogChain
+from alarmtop.core.model.storage_values import Counts, LogChain
 from alarmtop.core.storage.sqlite import reads
-from alarmtop.core.storage.sqlite.database import SqliteAlarmIndex, WriteFn
+from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
 
 # One encoder for every row: json.dumps with any option builds a new encoder per call.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
@@ -48,10 +48,12 @@ class ChainedWrite:
         self.chain.broken = True
 
 
-class SqliteExecutionStore:
-    def __init__(self, db: SqliteAlarmIndex, node_id: str | None = None) -> None:
+class SqliteExecutionLog:
+    """`ExecutionLog` on the SQLite runtime database."""
+
+    def __init__(self, db: SqliteDatabase, counters: Callable[[], Counts]) -> None:
         self._db = db
-        self.node_id = node_id  # written into every audit row: which node ran the command
+        self._counters = counters  # the runtime database's counters, kept with its writes
 
     def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
                    ops: Sequence[OperationRecord] = (),
@@ -184,7 +186,7 @@ class SqliteExecutionStore:
 
     async def counts(self) -> dict[str, int]:
         """From the counters the runtime database keeps with its writes: no scan."""
-        return dict(self._db.counters().executions)
+        return dict(self._counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 
@@ -212,28 +214,6 @@ class SqliteExecutionStore:
             return None if row is None else {"value": json.loads(row[0]), "at_ms": row[1],
                                              "deliveries": row[2]}
         return await self._db.read(read)
-
-    # -- audit log ------------------------------------------------------------------------
-
-    async def audit_append(self, entry: dict[str, Any]) -> None:
-        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
-               entry.get("target"), entry.get("reason"), 1 if entry.get("ok", True) else 0,
-               _dumps(entry.get("detail")), self.node_id)
-
-        def write(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO audit (at_ms, actor, role, action, target, reason, ok, "
-                         "detail, node) VALUES (?,?,?,?,?,?,?,?,?)", row)
-        await self._db.submit(extra=write)
-
-    async def audit_list(self, limit: int = 100, offset: int = 0) -> builtins.list[dict[str, Any]]:
-        """The newest rows first, by offset (see `audit_page`)."""
-        return await self.audit_page(None, limit, offset=offset)
-
-    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
-                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
-        """On the read connection, by `seq` (the table's own key)."""
-        return await self._db.read_only(lambda conn: reads.audit_page(
-            conn, after, limit, offset=offset, desc=desc))
 
 
 def _rows_write(rec_row: tuple[Any, ...] | None, op_rows: list[tuple[str, str, str]],

@@ -1,4 +1,4 @@
-"""Per-object SQLite databases on aiosqlite, and the SQLite storage backend.
+"""Per-object SQLite databases on aiosqlite.
 
 Each object gets its own file, opened only when the object first touches its
 storage and closed when it hibernates, so a sleeping object holds no file or
@@ -23,51 +23,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import glob
-import json
-import logging
 import os
-import socket
 import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiosqlite
 
-from alarmtop.core.kernel.logs import log_event
 from alarmtop.core.model.errors import (
     CorruptDatabase,
     DiskFull,
-    InvalidArgument,
     ObjectQuarantined,
     SqlError,
     StorageError,
 )
-from alarmtop.core.model.object_names import (
-    DIGEST_NAME,
-    legacy_object_file_name,
-    name_of_file,
-    object_file_name,
-)
-from alarmtop.core.ports import ExecResult
+from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.sqlite.database import (
-    BUSY_TIMEOUT_S,
-    SqliteAlarmIndex,
-    is_corruption,
-    is_disk_full,
-    sqlite_code,
-)
-from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionStore
+from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S
+from alarmtop.core.storage.sqlite.errors import is_corruption, is_disk_full, sqlite_code
 from alarmtop.core.storage.sqlite.files import create_private, fsync_dir, make_dirs
+from alarmtop.core.storage.sqlite.quarantine import Quarantine
 
-STORAGE_LOG = logging.getLogger("alarmtop.storage")
 _SQLITE_IOERR = 10
-MARKER = ".alarmtop"  # in the data folder: "this folder holds alarmtop data"
-CORRUPT_INDEX_MODES = ("fail", "quarantine")
 
 _KV_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_kv "
              "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID")
@@ -79,77 +57,6 @@ _META_TABLE = ("CREATE TABLE IF NOT EXISTS _alarmtop_meta "
 _OWN_TABLES = ("_alarmtop_alarm", "_alarmtop_meta")  # kept by delete_all()
 _PUT_INTENT = "INSERT OR REPLACE INTO _alarmtop_alarm (one, gen, at_ms) VALUES (1, ?, ?)"
 
-
-def _wall_ms() -> int:
-    # Quarantine file names are read by people next to `ls -l` and the logs, so they
-    # carry wall-clock time unless the runtime passes its own clock.
-    return time.time_ns() // 1_000_000
-
-
-class Quarantine:
-    """`<data>/quarantine/`: damaged databases moved aside, each with a JSON note.
-
-    `records` lists what this process quarantined; `listeners` are called with each
-    record (the runtime can turn them into events)."""
-
-    def __init__(self, data_dir: Path, now_ms: Callable[[], int] = _wall_ms) -> None:
-        self.data_dir = data_dir
-        self.root = data_dir / "quarantine"
-        self._now_ms = now_ms
-        self.records: list[dict[str, Any]] = []
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
-
-    def _place(self, path: Path) -> Path:
-        try:
-            rel = path.relative_to(self.data_dir)
-        except ValueError:
-            rel = Path(path.name)
-        return self.root / rel
-
-    def move(self, path: Path, reason: str, what: str) -> Path:
-        """Move `path` (and its -wal/-shm files) into quarantine; returns the new path."""
-        now = self._now_ms()
-        stamp = datetime.fromtimestamp(now / 1000, UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-        base = self._place(path)
-        dest, n = base.with_name(f"{base.name}.{stamp}"), 1
-        while dest.exists() or Path(f"{dest}.json").exists():
-            dest, n = base.with_name(f"{base.name}.{stamp}-{n}"), n + 1
-        make_dirs(dest.parent)
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(f"{path}{suffix}")
-            if src.exists():
-                os.replace(src, f"{dest}{suffix}")
-        info = {"event": "storage.quarantined", "what": what, "file": str(path),
-                "quarantined_to": str(dest), "reason": reason, "at_ms": now}
-        note = Path(f"{dest}.json")
-        create_private(note)
-        with note.open("w") as f:
-            json.dump(info, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(dest.parent)
-        fsync_dir(path.parent)
-        self.records.append(info)
-        # The caller's error says what to do, but only to the caller: the log line is
-        # what an operator sees, so it says it too.
-        obj = what.startswith("object")
-        then = (f"; the object refuses events until a good copy is restored to {path} (or "
-                f"the note {dest}.json is deleted to let it start empty)" if obj else "")
-        log_event(STORAGE_LOG, logging.ERROR, f"the {'database of ' if obj else ''}{what} is "
-                  f"damaged ({reason}): {path} moved to {dest}{then}", **info)
-        for listener in list(self.listeners):
-            try:
-                listener(info)
-            except Exception:  # a broken listener must not hide the quarantine
-                STORAGE_LOG.exception("quarantine listener failed")
-        return dest
-
-    def notes_for(self, path: Path) -> list[Path]:
-        """The quarantine notes left for the database that lived at `path`."""
-        place = self._place(path)
-        if not place.parent.is_dir():
-            return []
-        return sorted(place.parent.glob(glob.escape(place.name) + ".*.json"))
 
 
 class _Damaged(Exception):
@@ -503,192 +410,3 @@ class SqliteObjectStore:
     async def close(self) -> None:
         if self._broken is None:
             await self._conn.close()
-
-
-class SqliteBackend:
-    """The embedded default: `runtime.sqlite` for the alarm index, a file per object."""
-
-    def __init__(self, data_dir: Path, *, on_corrupt_index: str = "fail",
-                 check_on_open: bool = True, now_ms: Callable[[], int] | None = None,
-                 busy_timeout_s: float = BUSY_TIMEOUT_S, node_id: str | None = None) -> None:
-        """`on_corrupt_index`: what `open()` does when runtime.sqlite is damaged, or missing
-        while the folder holds alarmtop data: "fail" (the default) raises
-        `CorruptDatabase` and changes nothing; "quarantine" moves it to
-        `<data>/quarantine/`, salvages the readable rows into a fresh one and carries
-        on (an explicit operator decision: what could not be read is lost).
-
-        `check_on_open` runs SQLite's quick_check on every database it opens, so damage
-        is found before the object reads half its data. `now_ms` stamps quarantined
-        files (the wall clock by default). `busy_timeout_s`: how long a write waits for a
-        lock another connection holds (a backup, a `sqlite3` shell) before it fails.
-
-        `node_id` names this runtime in the audit log's `node` column and in
-        `Runtime.nodes()`: `host-pid` by default, as a fleet node's is, so rows written
-        before and after a restart say which process ran each command."""
-        if on_corrupt_index not in CORRUPT_INDEX_MODES:
-            raise InvalidArgument(f"on_corrupt_index is one of {CORRUPT_INDEX_MODES}, not "
-                                  f"{on_corrupt_index!r}")
-        self.data_dir = Path(data_dir)
-        self.on_corrupt_index = on_corrupt_index
-        self.check_on_open = check_on_open
-        self.busy_timeout_s = busy_timeout_s
-        self.quarantine = Quarantine(self.data_dir, now_ms or _wall_ms)
-        self._index = SqliteAlarmIndex(self.data_dir / "runtime.sqlite", check=check_on_open,
-                                       busy_timeout_s=busy_timeout_s)
-        self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}"
-        self._executions = SqliteExecutionStore(self._index, self.node_id)
-        self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
-
-    @property
-    def alarm_index(self) -> SqliteAlarmIndex:
-        return self._index
-
-    @property
-    def execution_store(self) -> SqliteExecutionStore:
-        return self._executions
-
-    async def open(self) -> None:
-        await asyncio.to_thread(make_dirs, self.data_dir)
-        quarantined: Path | None = None
-        try:
-            await asyncio.to_thread(self._check_index_file)
-            await self._index.open()
-        except CorruptDatabase as exc:
-            if self.on_corrupt_index != "quarantine":
-                raise
-            # The error's advice (restore, or choose quarantine) is moot here: say the cause.
-            cause = exc.__cause__ if exc.__cause__ is not None else exc
-            log_event(STORAGE_LOG, logging.ERROR, f"the runtime database {self._index.path} "
-                      f"cannot be used ({cause}); quarantining it and salvaging what can be "
-                      "read, as on_corrupt_index='quarantine' asks",
-                      event="storage.index_damaged", file=str(self._index.path), error=str(exc))
-            if self._index.path.exists():
-                quarantined = await asyncio.to_thread(
-                    self.quarantine.move, self._index.path, str(cause), "runtime database")
-            await self._index.open()
-        if quarantined is not None:
-            self.salvaged = await self._index.salvage_from(quarantined)
-            kept = ", ".join(f"{k}: {v}" for k, v in self.salvaged.items())
-            log_event(STORAGE_LOG, logging.WARNING, "rows salvaged from the quarantined runtime "
-                      f"database {quarantined}, per table: {kept}",
-                      event="storage.salvaged", source=str(quarantined),
-                      **self.salvaged)
-        await asyncio.to_thread(self._write_marker)
-        if await self._index.upgrade_pending("object-files-v2"):
-            upgraded = await self._index.run_upgrade("object-files-v2", self._upgrade_files)
-            if upgraded["listed"] or upgraded["renamed"] or upgraded["unknown_names"]:
-                log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: "
-                          f"{upgraded['renamed']} renamed, {upgraded['listed']} listed",
-                          event="storage.upgraded", **upgraded)
-
-    def _has_data(self) -> str | None:
-        """Why the folder is known to hold alarmtop data (None: it is new)."""
-        if (self.data_dir / MARKER).exists():
-            return f"the marker {self.data_dir / MARKER} is there"
-        root = self.data_dir / "objects"
-        if root.is_dir():
-            for cls_dir in root.iterdir():
-                if cls_dir.is_dir() and any(p.name.endswith(".sqlite")
-                                            for p in cls_dir.iterdir()):
-                    return f"object databases exist under {root}"
-        return None
-
-    def _check_index_file(self) -> None:
-        """Never start empty over existing data: runtime.sqlite must be there and not empty
-        once the folder holds alarmtop data."""
-        path = self._index.path
-        size = path.stat().st_size if path.exists() else None
-        if size:
-            return
-        why = self._has_data()
-        if why is None:
-            return
-        state = "missing" if size is None else "empty (zero bytes)"
-        raise CorruptDatabase(
-            f"the runtime database {path} is {state}, but {self.data_dir} holds alarmtop data "
-            f"({why}). Starting would silently lose every alarm and execution log. Restore "
-            f"runtime.sqlite (with its -wal file, if any) from a backup; or, to start with an "
-            f"empty alarm index and keep the object databases, open the runtime with "
-            f"SqliteBackend(data_dir, on_corrupt_index='quarantine')", str(path))
-
-    def _write_marker(self) -> None:
-        marker = self.data_dir / MARKER
-        if marker.exists():
-            return
-        tmp = marker.with_name(MARKER + ".new")
-        tmp.write_text(json.dumps({"alarmtop": "data folder", "format": 1}) + "\n")
-        os.replace(tmp, marker)
-        fsync_dir(self.data_dir)
-
-    async def close(self) -> None:
-        await self._index.close()
-
-    def object_path(self, object_class: str, object_name: str) -> Path:
-        return self.data_dir / "objects" / object_class / object_file_name(object_name)
-
-    async def open_object(self, object_class: str, object_name: str, create: bool = True,
-                          intent: tuple[int, int | None] = (0, None)
-                          ) -> SqliteObjectStore | None:
-        """The object's database; None when it has none and `create` is false."""
-        return await SqliteObjectStore.open(self.object_path(object_class, object_name),
-                                            self.quarantine, key=(object_class, object_name),
-                                            check=self.check_on_open, create=create,
-                                            intent=intent, busy_timeout_s=self.busy_timeout_s)
-
-    async def count_objects(self) -> int:
-        return await self._index.count_objects()
-
-    async def list_objects(self, limit: int, offset: int = 0,
-                           contains: str | None = None) -> list[tuple[str, str]]:
-        return await self._index.list_objects(limit, offset, contains)
-
-    # -- upgrading a data dir written by alarmtop 0.1 --------------------------------------
-
-    def _upgrade_files(self, conn: sqlite3.Connection) -> dict[str, Any]:
-        """On the database thread, once: rename object files to names no two objects can
-        share, list every object that has one, and mark their alarm rows `in_file`.
-
-        Names are decoded from the files; a long name's file (ending in a digest) is
-        matched against the names the runtime knows (alarms, executions). Renames are
-        idempotent, so a crash halfway is finished by the next start."""
-        root = self.data_dir / "objects"
-        listed: list[tuple[str, str, str]] = []
-        renamed = unknown = 0
-        if root.is_dir():
-            known: dict[str, list[str]] = {}
-            for cls, name in conn.execute("SELECT object_class, object_name FROM alarms"):
-                known.setdefault(cls, []).append(name)
-            known.setdefault("Execution", []).extend(
-                r[0] for r in conn.execute("SELECT id FROM executions"))
-            for cls_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-                by_old = {legacy_object_file_name(n): n for n in known.get(cls_dir.name, [])}
-                for entry in sorted(os.listdir(cls_dir)):
-                    if not entry.endswith(".sqlite"):
-                        continue
-                    stem = entry[:-len(".sqlite")]
-                    real = by_old.get(entry)
-                    if real is None and not DIGEST_NAME.match(stem):
-                        real = name_of_file(stem)
-                    if real is not None:
-                        new = object_file_name(real)
-                    else:  # a long name nobody names any more: keep its digest, fix its prefix
-                        match = DIGEST_NAME.match(stem)
-                        assert match is not None
-                        new = f"{match[1].replace('~', '%7E')[:100]}~{match[2]}.sqlite"
-                        unknown += 1
-                    if new != entry and not (cls_dir / new).exists():
-                        for suffix in ("", "-wal", "-shm"):
-                            src = cls_dir / f"{entry}{suffix}"
-                            if src.exists():
-                                os.replace(src, cls_dir / f"{new}{suffix}")
-                        renamed += 1
-                    if real is not None:
-                        listed.append((cls_dir.name, real, new))
-                fsync_dir(cls_dir)
-        now = _wall_ms()
-        conn.executemany("INSERT OR IGNORE INTO objects (object_class, object_name, file, "
-                         "created_ms) VALUES (?, ?, ?, ?)",
-                         [(c, n, f, now) for c, n, f in listed])
-        conn.executemany("UPDATE alarms SET in_file = 1 WHERE object_class = ? AND "
-                         "object_name = ?", [(c, n) for c, n, _ in listed])
-        return {"renamed": renamed, "listed": len(listed), "unknown_names": unknown}

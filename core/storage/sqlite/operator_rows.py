@@ -2,7 +2,7 @@
 
 Tables of `runtime.sqlite` (migration 5): the alarm rows' `paused_ms` and its index,
 `bulk_batches` and `bulk_items`. Writes are functions run inside the alarm index's
-group-commit transaction (`OperatorStore` explains why); reads run on its thread.
+group-commit transaction (`ports.OperatorRows` says why); reads run on its thread.
 """
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.bulk_items import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.selection import Selection
-from alarmtop.core.storage.operator_rows import BATCH_OPEN, PREP_CHUNK, ItemOutcome
-from alarmtop.core.storage.sqlite.database import (
-    ROW_COLUMNS,
-    SqliteAlarmIndex,
-    WriteFn,
-    record_of_row,
-)
+from alarmtop.core.storage.sqlite.alarm_rows import COLUMNS as ROW_COLUMNS
+from alarmtop.core.storage.sqlite.alarm_rows import record_of_row
+from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _BATCH_COLUMNS = ("id", "action", "kind", "status", "actor", "role", "reason", "note",
@@ -96,10 +93,10 @@ def batch_of_row(row: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
-class SqliteOperatorStore:
-    """`OperatorStore` on the runtime database of the SQLite backend."""
+class SqliteOperatorRows:
+    """`OperatorRows` on the runtime database of the SQLite backend."""
 
-    def __init__(self, db: SqliteAlarmIndex, node_id: str | None = None) -> None:
+    def __init__(self, db: SqliteDatabase, node_id: str | None = None) -> None:
         self._db = db
         self.node_id = node_id  # in every audit row it writes, as the execution store does
 

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from alarmtop.core.model import keys
 from alarmtop.core.model.keys import Cursor
-from alarmtop.core.ports import Counts, ObjectEntry
+from alarmtop.core.model.storage_values import Counts, ObjectEntry
 
 T = TypeVar("T")
 Row = tuple[Any, ...]

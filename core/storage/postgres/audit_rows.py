@@ -1,0 +1,51 @@
+"""The audit log in the PostgreSQL runtime database: one row per operator command."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from typing import TYPE_CHECKING, Any
+
+from alarmtop.core.model.keys import Cursor
+from alarmtop.core.storage.postgres import reads
+from alarmtop.core.storage.postgres.database import PgDatabase
+from alarmtop.core.storage.postgres.schema import SCHEMA
+
+if TYPE_CHECKING:
+    from alarmtop.core.storage.postgres.database import PgConn
+
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+
+
+class PgAuditRows:
+    """`AuditRows` on the PostgreSQL runtime database."""
+
+    def __init__(self, db: PgDatabase, node_id: str | None = None) -> None:
+        self._db = db
+        self.node_id = node_id  # written into every audit row: which node ran the command
+
+    async def audit_append(self, entry: dict[str, Any]) -> None:
+        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
+               entry.get("target"), entry.get("reason"), bool(entry.get("ok", True)),
+               _dumps(entry.get("detail")), self.node_id)
+
+        async def write(conn: PgConn) -> None:
+            await conn.execute(f"INSERT INTO {SCHEMA}.audit (at_ms, actor, role, action, target, "
+                               "reason, ok, detail, node) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                               *row)
+        await self._db.submit(extra=write)
+
+    async def audit_list(self, limit: int = 100,
+                         offset: int = 0) -> builtins.list[dict[str, Any]]:
+        """The newest rows first, by offset (see `audit_page`)."""
+        return await self.audit_page(None, limit, offset=offset)
+
+    async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
+                         offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:
+        """By `seq` (the table's own key)."""
+        sql, params = reads.audit_page(after, limit, offset=offset, desc=desc)
+        out = [dict(zip(reads.AUDIT_COLUMNS, r, strict=True))
+               for r in await self._db.fetch(sql, *params)]
+        for d in out:
+            d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
+        return out
