@@ -1,6 +1,6 @@
 """alarmtop's core runtime: durable objects, their storage and alarms."""
 
-from alarmtop.core.kernel.clock import Clock, SystemClock, VirtualClock
+from alarmtop.core.kernel.clock import SystemClock, VirtualClock
 from alarmtop.core.kernel.events import Event, EventBus
 from alarmtop.core.kernel.logs import JsonFormatter, configure_logging
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject, ObjectContext
@@ -8,6 +8,7 @@ from alarmtop.core.model.alarm_policy import AlarmState, Attempt, RetryPolicy, n
 from alarmtop.core.model.alarm_status import AlarmStatus
 from alarmtop.core.model.errors import AlarmtopError
 from alarmtop.core.model.faults import InjectedFault
+from alarmtop.core.ports import Clock
 from alarmtop.core.runtime import Runtime, Stub
 from alarmtop.core.storage.postgres.backend import PostgresBackend
 

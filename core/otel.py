@@ -43,8 +43,8 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from alarmtop.core.kernel.hooks import Plugin
 from alarmtop.core.model import hook_info
+from alarmtop.core.model.operations import EXECUTION_CLASS
 
-EXECUTION_CLASS = "Execution"  # core.durable.service's, not imported: it pulls the engine
 _MS = 1_000_000  # nanoseconds in a millisecond: OpenTelemetry times are ns
 
 

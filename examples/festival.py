@@ -30,7 +30,7 @@ from alarmtop.core.durable import (
     StepConfig,
     durable_execution,
 )
-from alarmtop.core.kernel.executions.service import Ledger
+from alarmtop.core.kernel.executions.ledger import Ledger
 
 # A partner API outage outlasts a few tries: the notice then fails for good, and the
 # execution waits for an operator's redrive rather than retrying for minutes.

@@ -78,7 +78,7 @@ class OperatorTools:
 
     async def _audited(self, op: str, args: dict[str, Any], actor: str, role: str,
                        handler: Handler) -> Any:
-        from alarmtop.core.kernel.executions.service import safe_text
+        from alarmtop.core.model.safe_text import safe_text
         target = args.get("object") or args.get("batch_id")
         if target is None and isinstance(args.get("key"), list) and len(args["key"]) >= 3:
             target = args["key"][2]

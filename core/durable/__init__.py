@@ -2,8 +2,8 @@
 
 from alarmtop.core.kernel.executions.batch import BatchItem, BatchResult
 from alarmtop.core.kernel.executions.context import Callback, DurableContext
+from alarmtop.core.kernel.executions.functions import DurableFunction, durable_execution
 from alarmtop.core.kernel.executions.saga import Saga
-from alarmtop.core.kernel.executions.service import DurableFunction, durable_execution
 from alarmtop.core.model.execution_config import (
     CallbackConfig,
     ChildConfig,

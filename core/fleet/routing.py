@@ -141,3 +141,43 @@ class FleetRouter(Router):
         clients, self._clients = self._clients, {}
         for client in clients.values():
             await client.close()
+
+
+class Routing:
+    """The router this node uses now: a `FleetRouter` while it runs as a fleet's node,
+    a plain `Router` (everything here) otherwise. Calls, socket relays and operator
+    actions route through it; its router changes as the node starts and stops."""
+
+    def __init__(self) -> None:
+        self.router: Router = Router()
+
+    def start(self, backend: FleetBackend) -> None:
+        self.router = FleetRouter(backend)
+
+    async def stop(self) -> None:
+        router, self.router = self.router, Router()
+        await router.close()
+
+    async def route(self, key: ObjectKey, here: Callable[[], Awaitable[Any]], op: str,
+                    **fields: Any) -> Any:
+        return await self.router.route(key, here, op, **fields)
+
+    async def route_with(self, key: ObjectKey, here: Callable[[], Awaitable[Any]],
+                         there: Callable[[NodeClient], Awaitable[Any]]) -> Any:
+        return await self.router.route_with(key, here, there)
+
+    async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
+        return await self.router.peer(key, fresh)
+
+    async def held(self, key: ObjectKey) -> None:
+        """Refuse a forwarded event unless this node holds the object's shard: nothing
+        runs here, and the caller asks again."""
+        if await self.router.peer(key) is not None:
+            raise ShardMoved(f"{key[0]}/{key[1]} moved to another node; nothing ran here")
+
+    def client(self, address: str) -> NodeClient:
+        """A connection to another node (only while running as a fleet's node)."""
+        router = self.router
+        if not isinstance(router, FleetRouter):
+            raise NodeUnreachable("this node is stopping")
+        return router.client(address)

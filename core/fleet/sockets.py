@@ -43,12 +43,17 @@ from alarmtop.core.model.errors import (
     ShardMoved,
     UnknownSocket,
 )
+from alarmtop.core.model.object_names import check_object_name
+from alarmtop.core.model.operations import EXECUTION_CLASS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
-    from alarmtop.core.kernel.objects.sockets import ObjectKey, Transport
-    from alarmtop.core.runtime import Runtime
+    from alarmtop.core.kernel.objects.calls import ObjectCalls
+    from alarmtop.core.kernel.objects.classes import ObjectClasses
+    from alarmtop.core.kernel.objects.sockets import ObjectKey, SocketRegistry, Transport
+    from alarmtop.core.kernel.run_state import RunState
+    from alarmtop.core.ports import Clock
 
 log = logging.getLogger("alarmtop.fleet")
 
@@ -66,7 +71,6 @@ CLOSE_TIMEOUT_S = 2.0
 def takes_sockets(cls: type) -> bool:
     """A class takes sockets only by defining `web_socket_connect` (the base class has
     none); the execution class is never reachable, whatever it defines."""
-    from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
     return cls.__name__ != EXECUTION_CLASS and callable(getattr(cls, "web_socket_connect",
                                                                 None))
 
@@ -114,8 +118,16 @@ def _socket_request(value: Any) -> dict[str, Any]:
 class OwnedSockets:
     """The owner's side: the sockets other nodes relay to this one's objects."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
+    def __init__(self, classes: ObjectClasses, calls: ObjectCalls, sockets: SocketRegistry,
+                 state: RunState, clock: Clock, node_id: str,
+                 held: Callable[[ObjectKey], Awaitable[None]]) -> None:
+        self._classes = classes
+        self._calls = calls
+        self._sockets = sockets
+        self._state = state
+        self._clock = clock
+        self._node_id = node_id
+        self._held = held  # refuses unless this node holds the object's shard
         # Per node connection: the edge's ref -> the registry's socket id.
         self._refs: dict[NodeLink, dict[str, str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -137,27 +149,24 @@ class OwnedSockets:
         raise InvalidArgument(f"unknown node operation {op!r}")
 
     async def _open(self, request: dict[str, Any], link: NodeLink, ref: str) -> dict[str, Any]:
-        from alarmtop.core.runtime import check_object_name
-        rt = self._rt
         cls, name = _text(request, "cls"), check_object_name(request.get("name"))
         req = _socket_request(request.get("request"))
-        klass = rt.registered_class(cls)
+        klass = self._classes.registered(cls)
         if klass is None or not takes_sockets(klass):
-            raise InvalidArgument(f"{cls} takes no WebSockets on node "
-                                  f"{getattr(rt.backend, 'node_id', '?')}")
-        if not rt.running:
+            raise InvalidArgument(f"{cls} takes no WebSockets on node {self._node_id}")
+        if not self._state.running:
             raise ShardMoved(f"{cls}/{name}: this node is stopping; nothing ran here")
-        await rt._check_held(cls, name)
+        await self._held((cls, name))
         if not link.open:
             raise InvalidArgument("socket_open: the connection that asked is gone")
         refs = self._refs.setdefault(link, {})
         if ref in refs:
             raise InvalidArgument(f"socket_open: socket {ref!r} is open already")
-        registry = rt.sockets
+        registry = self._sockets
         ws = registry.connect((cls, name), RemoteTransport(link, ref, req["address"]))
         refs[ref] = ws.id
         try:
-            await rt.socket_event(cls, name, "web_socket_connect", ws, req)
+            await self._calls.socket_event(cls, name, "web_socket_connect", ws, req)
         except BaseException:
             self._forget(link, ref)
             registry.remove(ws.id)
@@ -170,54 +179,52 @@ class OwnedSockets:
 
     async def _message(self, request: dict[str, Any], link: NodeLink,
                        ref: str) -> dict[str, Any]:
-        rt = self._rt
         text = _text(request, "text", empty=True)
         sid = self._refs.get(link, {}).get(ref)
-        key = None if sid is None else rt.sockets.key_of(sid)
+        key = None if sid is None else self._sockets.key_of(sid)
         if sid is None or key is None:
             raise UnknownSocket(f"no socket {ref!r} relayed here (it closed, or its object "
                                 "moved)")
-        auto = rt.sockets.auto_response(key, text, sid, rt.clock.now_ms())
+        auto = self._sockets.auto_response(key, text, sid, self._clock.now_ms())
         if auto is not None:
             return {"auto": auto}  # answered without waking the object
-        ws = rt.sockets.handle(sid)
+        ws = self._sockets.handle(sid)
         try:
-            await rt.socket_event(key[0], key[1], "web_socket_message", ws, text)
+            await self._calls.socket_event(key[0], key[1], "web_socket_message", ws, text)
         except (ShardMoved, RuntimeNotRunning):
             # Not run here: the object is another node's now, which does not know this
             # socket. The client reconnects and reaches it there.
             self._forget(link, ref)
-            rt.sockets.remove(sid, CLOSE_MOVED, MOVED)
+            self._sockets.remove(sid, CLOSE_MOVED, MOVED)
             return {"closed": [CLOSE_MOVED, MOVED]}
         except Exception as exc:
             # As for a socket of this node's own: the handler's error ends the socket.
             reason = str(exc)
             with contextlib.suppress(Exception):
-                await rt.socket_event(key[0], key[1], "web_socket_error", ws, reason)
+                await self._calls.socket_event(key[0], key[1], "web_socket_error", ws, reason)
             self._forget(link, ref)
-            rt.sockets.remove(sid, 1011, reason)
+            self._sockets.remove(sid, 1011, reason)
             with contextlib.suppress(Exception):
-                await rt.socket_event(key[0], key[1], "web_socket_close", ws, 1011, reason,
+                await self._calls.socket_event(key[0], key[1], "web_socket_close", ws, 1011, reason,
                                       False)
             return {"closed": [1011, reason[:MAX_REASON]]}
         return {}
 
     async def _close(self, request: dict[str, Any], link: NodeLink, ref: str) -> None:
-        rt = self._rt
         code, reason, clean = request.get("code"), request.get("reason"), request.get("clean")
         if not (isinstance(code, int) and 1000 <= code <= 4999 and isinstance(reason, str)
                 and isinstance(clean, bool)):
             raise InvalidArgument("socket_close: code is 1000-4999, reason a string, clean "
                                   "a boolean")
         sid = self._forget(link, ref)
-        key = None if sid is None else rt.sockets.key_of(sid)
+        key = None if sid is None else self._sockets.key_of(sid)
         if sid is None or key is None:
             return  # closed here first (by the object, or as the object moved)
-        rt.sockets.remove(sid, code, reason)
-        if rt.running:
+        self._sockets.remove(sid, code, reason)
+        if self._state.running:
             with contextlib.suppress(Exception):
-                await rt.socket_event(key[0], key[1], "web_socket_close",
-                                      rt.sockets.handle(sid), code, reason, clean)
+                await self._calls.socket_event(key[0], key[1], "web_socket_close",
+                                      self._sockets.handle(sid), code, reason, clean)
 
     def _forget(self, link: NodeLink, ref: str) -> str | None:
         refs = self._refs.get(link)
@@ -231,31 +238,30 @@ class OwnedSockets:
     def link_lost(self, link: NodeLink) -> None:
         """A node connection ended: the sockets relayed through it are gone (their
         clients are closed on the edge); the objects hear of it as an unclean close."""
-        rt = self._rt
         for sid in self._refs.pop(link, {}).values():
-            key = rt.sockets.key_of(sid)
+            key = self._sockets.key_of(sid)
             if key is None:
                 continue
-            rt.sockets.remove(sid, 1006, LINK_GONE)
-            if rt.running:
+            self._sockets.remove(sid, 1006, LINK_GONE)
+            if self._state.running:
                 task = asyncio.get_running_loop().create_task(self._closed_event(key, sid))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
     async def _closed_event(self, key: ObjectKey, sid: str) -> None:
         with contextlib.suppress(Exception):
-            await self._rt.socket_event(key[0], key[1], "web_socket_close",
-                                        self._rt.sockets.handle(sid), 1006, LINK_GONE, False)
+            await self._calls.socket_event(key[0], key[1], "web_socket_close",
+                                        self._sockets.handle(sid), 1006, LINK_GONE, False)
 
     async def close_moved(self, which: Callable[[ObjectKey], bool]) -> None:
         """This node no longer runs the objects `which` picks: close their sockets,
         relayed or its own, with `CLOSE_MOVED`, so their clients reconnect to the new
         owner (whose registry does not know them). Their objects see no close event:
         they run elsewhere now."""
-        transports = self._rt.sockets.evict(which, CLOSE_MOVED, MOVED)
+        transports = self._sockets.evict(which, CLOSE_MOVED, MOVED)
         for link, refs in list(self._refs.items()):
             for ref, sid in list(refs.items()):
-                if self._rt.sockets.key_of(sid) is None:
+                if self._sockets.key_of(sid) is None:
                     self._forget(link, ref)
         await close_all(transports, CLOSE_MOVED, MOVED)
 

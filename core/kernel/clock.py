@@ -17,9 +17,10 @@ import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from alarmtop.core.kernel.supervisor import BusyTracker, Supervisor, Wakeup
+from alarmtop.core.ports import Clock, Timer
 
 T = TypeVar("T")
 
@@ -44,20 +45,6 @@ class TimerHandle:
         return self.when_ms < other.when_ms
 
 
-class Clock(Protocol):
-    """What the runtime needs from time, and nothing else: tasks and idleness belong
-    to `alarmtop.core.kernel.supervisor` (a clock that must know when the runtime is idle, as the
-    virtual one does, carries a `BusyTracker` as `tracker`)."""
-
-    def now_ms(self) -> int: ...
-
-    def call_at_ms(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle: ...
-
-    async def sleep_until_ms(self, when_ms: int) -> None: ...
-
-    async def sleep(self, seconds: float) -> None: ...
-
-
 class Deadlines:
     """One time limit shared by many tasks: `with deadlines.limit() as lim:` cancels the
     task when the limit passes and raises `TimeoutError` out of the block (`lim.expired`).
@@ -75,7 +62,7 @@ class Deadlines:
         self._ms = round(seconds * 1000) if seconds is not None and math.isfinite(seconds) else None
         self._queue: collections.deque[Limit] = collections.deque()
         self._live = 0
-        self._armed: TimerHandle | None = None
+        self._armed: Timer | None = None
 
     def limit(self, task: asyncio.Task[Any] | None = None) -> Limit:
         """A limit for `task` (the current task when None), starting now."""
@@ -157,7 +144,7 @@ class ClockTimeout:
     def __init__(self, clock: Clock, seconds: float | None) -> None:
         self._clock = clock
         self._seconds = seconds
-        self._handle: TimerHandle | None = None
+        self._handle: Timer | None = None
         self._task: asyncio.Task[Any] | None = None
         self.expired = False
 

@@ -20,11 +20,11 @@ from typing import Any
 
 from apscheduler.triggers.cron import CronTrigger
 
-from alarmtop.core.kernel.clock import Clock
 from alarmtop.core.kernel.events import EventBus
 from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
 from alarmtop.core.model.errors import BadCronExpression
 from alarmtop.core.model.log_records import RUNTIME_LOG, log_event
+from alarmtop.core.ports import Clock
 
 CronFn = Callable[[], Awaitable[Any] | Any]
 # Whether this runtime runs the fire `at_ms` of a job (in a fleet, one node does).
@@ -61,8 +61,10 @@ def next_fire_ms(trigger: CronTrigger, after_ms: int) -> int | None:
 
 
 class CronRunner:
-    def __init__(self, clock: Clock, events: EventBus, tasks: Supervisor) -> None:
-        self.gate: OnceGate | None = None
+    def __init__(self, clock: Clock, events: EventBus, tasks: Supervisor,
+                 gate: OnceGate | None = None) -> None:
+        # In a fleet: whether this node runs a fire (the fleet runs each one once).
+        self.gate = gate
         self._clock = clock
         self._tasks = tasks
         self._events = events

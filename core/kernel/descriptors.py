@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from alarmtop.core.model.errors import DescriptorBudget
+from alarmtop.core.model.errors import DescriptorBudget, InvalidArgument
 
 FDS_PER_DATABASE = 3  # the file, its -wal, its -shm
 # What the process uses beside databases and sockets, and is not open yet at start:
@@ -146,3 +146,32 @@ def out_of_descriptors(exc: BaseException) -> bool:
         return probe.errno in (errno.EMFILE, errno.ENFILE)
     os.close(fd)
     return False
+
+
+class Reservations:
+    """The descriptors a runtime counts on: `max_resident` object databases, its own,
+    and the sockets servers reserved (`reserve`). `check()` fits them under the
+    process's limit, raising the soft limit to the hard one if need be."""
+
+    def __init__(self, max_resident: int) -> None:
+        self.max_resident = max_resident
+        self._reserved: dict[str, int] = {}  # who reserved descriptors: how many
+        self.limit: int | None = None  # the soft limit checked last
+
+    def reserve(self, what: str, count: int) -> None:
+        if count < 0:
+            raise InvalidArgument(f"reserve_descriptors: count is >= 0, not {count}")
+        self._reserved[what] = count
+
+    def check(self, open_databases: int | None = None) -> int:
+        """Fit the budget; the soft limit in force, -1 for none. `open_databases`: how
+        many databases a running runtime holds open already (their descriptors are
+        counted once, in the budget). Raises `DescriptorBudget` when it cannot fit."""
+        open_now = in_use()
+        if open_databases is not None:
+            open_now = max(0, open_now - FDS_PER_DATABASE * open_databases)
+        need = Need(databases=self.max_resident + 1, sockets=sum(self._reserved.values()),
+                    in_use=open_now, max_resident=self.max_resident,
+                    sockets_what=" and ".join(self._reserved))
+        self.limit = fit(need)
+        return self.limit

@@ -32,7 +32,7 @@ from alarmtop.core.model.faults import (
 from alarmtop.core.ports import FaultSink
 
 if TYPE_CHECKING:
-    from alarmtop.core.kernel.clock import Clock
+    from alarmtop.core.ports import Clock
 
 class FaultRegistry:
     def __init__(self, events: EventBus, now_ms: Any) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    from alarmtop.core.kernel.clock import Clock
+    from alarmtop.core.ports import Clock
 
 T = TypeVar("T")
 log = logging.getLogger("alarmtop.runtime")
@@ -320,3 +320,24 @@ async def finish_uncancelled(aw: Awaitable[T]) -> T:
         raise asyncio.CancelledError
     return result
 
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def bounded(step: Coroutine[Any, Any, None], within: float | None) -> bool:
+    """Run `step` for at most `within` seconds (None: however long); whether it ended.
+
+    Not under a timeout that awaits the step's end: a step gathering a task that
+    ignores cancellation would never end, timeout or not. Left behind, it is
+    cancelled, not awaited (if it ever ends, its error is not reported twice)."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=within)
+    if done:
+        task.result()
+        return True
+    task.cancel()
+    task.add_done_callback(_retrieve)
+    return False

@@ -1,10 +1,14 @@
-"""Object file names: one per object name, never shared, never outside its folder."""
+"""Object names: which are valid, and the file name of each (one per name, never
+shared, never outside its folder)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 from urllib.parse import quote, unquote
+
+from alarmtop.core.model.errors import InvalidObjectName
 
 _LONG = 180  # encoded names longer than this end in a digest (file names stop at 255 bytes)
 DIGEST_NAME = re.compile(r"^(.{100})~([0-9a-f]{64})$")
@@ -42,3 +46,21 @@ def name_of_file(stem: str) -> str | None:
     return unquote(stem)
 
 
+
+
+MAX_NAME_LENGTH = 256
+
+
+def check_object_name(name: Any) -> str:
+    """`name` if it can name an object; else `InvalidObjectName` saying why."""
+    if not isinstance(name, str) or not name:
+        raise InvalidObjectName(f"object names are non-empty strings, not {name!r}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidObjectName(f"object name is {len(name)} characters long; the limit is "
+                                f"{MAX_NAME_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        raise InvalidObjectName(f"object name {name!r} contains control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in name):
+        raise InvalidObjectName(f"object name {name!r} contains a lone surrogate (not valid "
+                                "text); names are UTF-8 text")
+    return name

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+# The class name every execution's durable object is registered under.
+EXECUTION_CLASS = "Execution"
+
 
 class OpType(enum.StrEnum):
     STEP = "STEP"

@@ -1,11 +1,11 @@
 """Operator tools for executions: pause, resume, redrive, fork, replay check,
 callbacks by hand, and the timers of every execution.
 
-Part of `runtime.executions` (`Executions` takes these methods). Every action is
+`runtime.executions` forwards to them (`ops.executions`). Every action is
 one audit row, whether it worked, failed or was refused; the work itself is an
 RPC to the execution's object, so it never interleaves with the execution's own
 events. A redrive or fork first replays the log against the handler version
-that will run (`check.replay_check`) and is refused where they disagree, unless
+that will run (`kernel.executions.replay_check`) and is refused where they disagree, unless
 `force=True`.
 """
 
@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from alarmtop.core.kernel.executions.context import decode_callback_id
 from alarmtop.core.kernel.executions.replay_check import DEFAULT_DEADLINE_S, replay_check
+from alarmtop.core.model.alarm_pause import check_snooze, snoozed_until
+from alarmtop.core.model.callback_ids import decode_callback_id
 from alarmtop.core.model.execution_errors import ReplayDivergence, UnknownCallback, ValidationError
+from alarmtop.core.model.execution_timers import EXECUTION_TIMER
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord, OpType
 from alarmtop.core.model.replay import fork_point, plan_from
 from alarmtop.core.model.serialization import to_json
-
-if TYPE_CHECKING:
-    from alarmtop.core.kernel.executions.service import AuditLog, ExecutionEngine
+from alarmtop.core.ops.audit import AuditLog
+from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess, check_execution_id
 
 # History events a fork does not copy: the source's own life, not its operations'.
 _NOT_COPIED = ("Execution", "Invocation")
@@ -36,18 +37,21 @@ def _reason(reason: Any) -> str | None:
     return reason
 
 
-class OperatorTools:
-    """The operator half of `runtime.executions` (see the module docstring)."""
+class ExecutionTools:
+    """The operator tools of executions (see the module docstring)."""
 
-    engine: ExecutionEngine
-    _audit: AuditLog
-    _stub: Callable[[str], Any]
-    _record: Callable[[str], Awaitable[ExecutionRecord]]
-    _check_id: Callable[[str], str]
-    # Callbacks from the outside (`Executions` has them); by hand, they are audited.
-    send_callback_success: Callable[[str, Any], Awaitable[None]]
-    send_callback_failure: Callable[[str, str, str], Awaitable[None]]
-    _fork_ids = itertools.count(1)
+    def __init__(self, access: ExecutionAccess, audit: AuditLog, callbacks: Callbacks) -> None:
+        self._access = access
+        self.engine = access.engine
+        self._audit = audit
+        self._callbacks = callbacks
+        self._fork_ids = itertools.count(1)
+
+    def _stub(self, execution_id: str) -> Any:
+        return self._access.stub(execution_id)
+
+    async def _record(self, execution_id: str) -> ExecutionRecord:
+        return await self._access.record(execution_id)
 
     async def _audited(self, action: str, target: str, reason: str | None, actor: str,
                        role: str | None, detail: dict[str, Any],
@@ -136,7 +140,7 @@ class OperatorTools:
                     deadline_s: float) -> dict[str, Any]:
         await self._record(source_id)
         if new_id is not None:
-            self._check_id(new_id)
+            check_execution_id(new_id)
             if await self.engine.store.get(new_id) is not None:
                 raise ValidationError(f"execution id {new_id!r} is already used; choose "
                                       "another execution_id for the fork")
@@ -205,9 +209,9 @@ class OperatorTools:
             if pair is None:
                 raise UnknownCallback(str(callback_id))
             if outcome == "success":
-                await self.send_callback_success(callback_id, payload)
+                await self._callbacks.success(callback_id, payload)
             elif outcome == "failure":
-                await self.send_callback_failure(callback_id, error_type, message)
+                await self._callbacks.failure(callback_id, error_type, message)
             else:
                 raise ValidationError(f"outcome is 'success' or 'failure', not {outcome!r}")
             return {"callback_id": callback_id, "outcome": outcome}
@@ -228,9 +232,6 @@ class OperatorTools:
         """Move one timer of an execution (`op_id` None: its own timeout): to `due_ms`,
         or `by_ms` later than it is (from now, when it is overdue): a snooze. With
         neither, it falls due now: fire it. Audited."""
-        from alarmtop.core.model.alarm_pause import check_snooze, snoozed_until
-        from alarmtop.core.model.execution_timers import EXECUTION_TIMER
-
         async def run() -> dict[str, Any]:
             if due_ms is not None and by_ms is not None:
                 raise ValidationError("move_timer takes due_ms or by_ms, not both")

@@ -1,5 +1,5 @@
 """The timers board: every pending alarm, execution wait, callback deadline and retry
-in one list, soonest first (`runtime.timers`).
+in one list, soonest first (`runtime.timers()`).
 
 Three sources, each read in its own index order and merged here: object alarms
 not paused (the alarm due index), paused object alarms (by the time they kept, an
@@ -13,13 +13,13 @@ last row of the page before (no OFFSET). A row whose time has passed has state
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.model.alarm_policy import AlarmRecord
 from alarmtop.core.model.errors import InvalidArgument
-
-if TYPE_CHECKING:
-    from alarmtop.core.runtime import Runtime
+from alarmtop.core.model.operations import EXECUTION_CLASS
+from alarmtop.core.ports import Clock, ExecutionLog, OperatorRows
 
 MAX_PAGE = 1000
 ALARM, PAUSED, EXECUTION = 0, 1, 2
@@ -74,34 +74,44 @@ def merge(limit: int, after: list[Any] | None, *sources: list[dict[str, Any]]
     return rows[:limit]
 
 
-async def timers(rt: Runtime, limit: int = 100, after: Any = None) -> dict[str, Any]:
-    """A page of the board: `rows`, `next` (the cursor of the next page, None at the
-    end) and `now_ms` (what `overdue` was judged against)."""
-    limit, cursor = check_page(limit, after)
-    now = rt.clock.now_ms()
-    store = rt.operator_rows
-    from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
+class TimersBoard:
+    """`runtime.timers()`: the board, read from the alarm rows and execution timers."""
 
-    def alarm_after(source: int) -> tuple[int, str, str] | None:
-        if cursor is None:
-            return None
-        due, src = cursor[0], cursor[1]
-        if src == source:
-            return (due, cursor[2], cursor[3])
-        # An earlier source at the same time: its rows at `due` all come after, so start
-        # just before `due`; a later source: none of this one's rows at `due` do.
-        return (due - 1, _TOP, _TOP) if src < source else (due, _TOP, _TOP)
+    def __init__(self, operator_rows: OperatorRows, execution_log: ExecutionLog,
+                 clock: Clock, state: RunState) -> None:
+        self._operator_rows = operator_rows
+        self._execution_log = execution_log
+        self._clock = clock
+        self._state = state
 
-    live = await store.board_alarms(limit, alarm_after(ALARM), paused=False, until_ms=None,
-                                    skip_class=EXECUTION_CLASS)
-    held = await store.board_alarms(limit, alarm_after(PAUSED), paused=True, until_ms=None,
-                                    skip_class=EXECUTION_CLASS)
-    ex_after = None
-    if cursor is not None:
-        ex_after = [cursor[0], cursor[2], cursor[3], cursor[4]] if cursor[1] == EXECUTION \
-            else [cursor[0] - 1, _TOP, _TOP, _TOP]
-    ex = await rt.executions.engine.store.timers(limit, ex_after)
-    rows = merge(limit, cursor, [alarm_row(r, now) for r in live],
-                 [alarm_row(r, now) for r in held], [execution_row(t, now) for t in ex])
-    return {"rows": rows, "next": rows[-1]["key"] if len(rows) == limit else None,
-            "now_ms": now}
+    async def timers(self, limit: int = 100, after: Any = None) -> dict[str, Any]:
+        """A page of the board: `rows`, `next` (the cursor of the next page, None at the
+        end) and `now_ms` (what `overdue` was judged against)."""
+        self._state.check()
+        limit, cursor = check_page(limit, after)
+        now = self._clock.now_ms()
+        store = self._operator_rows
+
+        def alarm_after(source: int) -> tuple[int, str, str] | None:
+            if cursor is None:
+                return None
+            due, src = cursor[0], cursor[1]
+            if src == source:
+                return (due, cursor[2], cursor[3])
+            # An earlier source at the same time: its rows at `due` all come after, so
+            # start just before `due`; a later source: none of this one's rows at `due` do.
+            return (due - 1, _TOP, _TOP) if src < source else (due, _TOP, _TOP)
+
+        live = await store.board_alarms(limit, alarm_after(ALARM), paused=False,
+                                        until_ms=None, skip_class=EXECUTION_CLASS)
+        held = await store.board_alarms(limit, alarm_after(PAUSED), paused=True,
+                                        until_ms=None, skip_class=EXECUTION_CLASS)
+        ex_after = None
+        if cursor is not None:
+            ex_after = [cursor[0], cursor[2], cursor[3], cursor[4]] if cursor[1] == EXECUTION \
+                else [cursor[0] - 1, _TOP, _TOP, _TOP]
+        ex = await self._execution_log.timers(limit, ex_after)
+        rows = merge(limit, cursor, [alarm_row(r, now) for r in live],
+                     [alarm_row(r, now) for r in held], [execution_row(t, now) for t in ex])
+        return {"rows": rows, "next": rows[-1]["key"] if len(rows) == limit else None,
+                "now_ms": now}

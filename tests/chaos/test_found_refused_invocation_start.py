@@ -41,7 +41,7 @@ from alarmtop.core.durable import (
     create_retry_strategy,
     durable_execution,
 )
-from alarmtop.core.kernel.executions.service import Ledger
+from alarmtop.core.kernel.executions.ledger import Ledger
 from alarmtop.core.model.execution_config import JitterStrategy
 from alarmtop.core.storage.faultpoints import FAULT_POINTS, locked, when
 from tests.conftest import RuntimeFactory

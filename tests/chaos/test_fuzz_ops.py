@@ -30,7 +30,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core.model.errors import InvalidObjectName
-from alarmtop.core.runtime import check_object_name
+from alarmtop.core.model.object_names import check_object_name
 from alarmtop.server.app import MAX_REJECTED, QUERY_BURST
 from alarmtop.server.wire import MAX_DEPTH, MAX_FRAME_BYTES, OPS
 from tests.chaos.fuzz_server import OPERATOR, VIEWER

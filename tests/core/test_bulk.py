@@ -139,8 +139,8 @@ async def test_a_cancel_answers_while_an_item_waits_on_a_busy_object(
     """The item in flight waits for the object's turn: the cancel answers "cancelling"
     by its bound (an operator's command must not run past its deadline), says so in an
     event, and the batch ends cancelled once the item has, with the reason audited."""
-    from alarmtop.core.ops import bulk
-    monkeypatch.setattr(bulk, "CANCEL_ANSWER_S", 0.2)
+    from alarmtop.core.ops.bulk import service
+    monkeypatch.setattr(service, "CANCEL_ANSWER_S", 0.2)
     gate = asyncio.Event()
     env: dict[str, Any] = {"gate": gate}
     rt = await make_runtime(Busy, env=env)
@@ -277,8 +277,8 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
     """Cut short by storage, the runner reads its batch again before going on; when that
     read fails too (the outage lasts), it waits and tries again instead of stopping."""
     from alarmtop.core.model.errors import StorageError
-    from alarmtop.core.ops import bulk
-    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops.bulk import runner
+    monkeypatch.setattr(runner, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
     store = rt.bulk.store
@@ -292,7 +292,7 @@ async def test_a_runner_goes_on_when_storage_is_still_away_as_it_reads_its_row_a
         return await real_open(*args)
 
     async def get_batch(batch_id: str) -> Any:
-        if outage[0] == 1 and batch_id in rt.bulk._runners:
+        if outage[0] == 1 and batch_id in rt.bulk.runs.runners:
             outage[0] = 0
             raise StorageError("the database is still away (simulated)")
         return await real_get(batch_id)
@@ -310,8 +310,8 @@ async def test_a_runner_stopped_by_an_error_of_its_own_goes_on_and_says_why(
     """An error that is neither storage nor the fleet (a fault of alarmtop's own) does
     not leave the batch open with no runner, looking running until a restart: the
     runner says it in full and goes on after its pause, as a restart would."""
-    from alarmtop.core.ops import bulk
-    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops.bulk import runner
+    monkeypatch.setattr(runner, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     await dead_letters(rt, 50)
     store = rt.bulk.store
@@ -383,13 +383,13 @@ async def test_an_item_whose_owner_is_not_reached_stays_open_and_is_done_on_the_
     """Not reaching an item's owner (a fleet node going away) is not the item's failure:
     nothing ran, so it stays open and the runner goes on after a pause."""
     from alarmtop.core.model.errors import NodeUnreachable
-    from alarmtop.core.ops import bulk
-    monkeypatch.setattr(bulk, "RETRY_FIRST_S", 0.01)
+    from alarmtop.core.ops.bulk import runner
+    monkeypatch.setattr(runner, "RETRY_FIRST_S", 0.01)
     rt = await make_runtime(Job, env=[])
     keys = [f"Job/p{i}" for i in range(5)]
     for key in keys:
         await rt.get(Job, key.split("/")[1]).arm(FAR)
-    real = rt._operate_routed
+    real = rt.ops.alarms.routed
     missed: list[str] = []
 
     async def routed(cls: str, name: str, *args: Any, **kw: Any) -> Any:
@@ -397,7 +397,7 @@ async def test_an_item_whose_owner_is_not_reached_stays_open_and_is_done_on_the_
             missed.append(name)
             raise NodeUnreachable(f"node n2 ({name}'s owner) cannot be reached (simulated)")
         return await real(cls, name, *args, **kw)
-    monkeypatch.setattr(rt, "_operate_routed", routed)
+    monkeypatch.setattr(rt.ops.alarms, "routed", routed)
     bid = await rt.bulk.start("pause_alarm", keys=keys, kind="alarms", reason="maintenance")
     batch = await rt.bulk.wait(bid)
     assert (batch["status"], batch["done"], batch["failed"]) == ("done", 5, 0), batch

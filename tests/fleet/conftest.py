@@ -105,7 +105,8 @@ async def balance(*nodes: Runtime, rounds: int = 4) -> None:
 async def cut_off(rt: Runtime) -> None:
     """`rt` as a process that crashed is seen by another starting under its node id:
     nothing answers at its node address any more, though its leases still run."""
-    server = rt._node_server
+    assert rt.node is not None
+    server = rt.node.server
     assert server is not None
     await server.stop()
 

@@ -238,7 +238,7 @@ async def test_a_cancel_on_another_node_stops_the_batch_where_it_runs(
     await under_way(a, bid)
     answer = await b.bulk.cancel(bid, reason="wrong selection")
     assert answer["status"] in ("cancelling", "cancelled"), answer
-    await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
+    await until(lambda: bid not in a.bulk.runs.runners, what="a's runner ended")
     batch = await b.bulk.get(bid)
     assert batch["status"] == "cancelled" and batch["left"] == 0, batch
     assert batch["done"] + batch["cancelled"] == 300 and batch["cancelled"] > 0, batch
@@ -271,8 +271,8 @@ async def test_a_node_taken_for_gone_gives_up_the_batch_taken_from_it(
     async with backend_of(b)._require_pool().acquire() as conn:
         await conn.execute("UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'")
     await b.bulk.resume_open()  # what b's watcher does when it sees a gone
-    assert (await b.bulk.get(bid))["node"] == "b" and bid in b.bulk._runners
-    await until(lambda: bid not in a.bulk._runners, what="a gave the batch up")
+    assert (await b.bulk.get(bid))["node"] == "b" and bid in b.bulk.runs.runners
+    await until(lambda: bid not in a.bulk.runs.runners, what="a gave the batch up")
     batch = await b.bulk.wait(bid)
     assert (batch["status"], batch["failed"], batch["left"], batch["node"]) == \
         ("done", 0, 0, "b"), batch
@@ -310,7 +310,7 @@ async def test_items_a_stopping_node_cannot_run_are_left_for_the_next_owner(
     backend_of(a).drain_s = 0.0
     stopping = asyncio.create_task(a.stop())
     try:
-        await until(lambda: bid not in a.bulk._runners, what="a's runner ended")
+        await until(lambda: bid not in a.bulk.runs.runners, what="a's runner ended")
         assert not stopping.done()  # still held up by the stuck handler
         left = await a.bulk.get(bid)
         assert (left["status"], left["failed"]) == ("running", 0), left

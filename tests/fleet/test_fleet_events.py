@@ -92,7 +92,8 @@ async def test_any_nodes_feed_shows_the_fleets_events(node: NodeFactory,
             reader = asyncio.create_task(read())
             try:
                 # The puller's first round only starts b's ring; then the alarm fires.
-                ring = b._event_ring
+                assert b.node is not None
+                ring = b.node.ring
                 assert ring is not None
                 await until(lambda: ring.watched, what="a pulling b's events")
                 await b.get("Counter", name).arm(0)

@@ -289,7 +289,8 @@ async def test_the_node_link_dropping_closes_both_sides(
     key = ("Room", name)
     ws = await opener(await servers(a), f"/objects/Room/{name}")
     assert await recv(ws) == "welcome 1 on b"
-    router = a._router
+    assert a.node is not None
+    router = a.node.routing.router
     (client,) = router._clients.values()  # type: ignore[attr-defined]
     assert client._conn is not None
     client._conn.transport.abort()
@@ -312,7 +313,7 @@ async def test_refused_sockets_create_nothing_on_the_owner(
     assert await closed_with(ws) == (1008, "the object did not accept the connection")
     assert b.sockets.total() == 0 and a.sockets.total() == 0
     assert ("Counter", counter) not in b.resident_objects()
-    assert b._owned_sockets is not None and b._owned_sockets.relayed() == 0
+    assert b.node is not None and b.node.owned.relayed() == 0
     # a's caps hold for relayed sockets: one per client address here.
     first = await opener(server, f"/objects/Room/{name}")
     assert await recv(first) == "welcome 1 on b"

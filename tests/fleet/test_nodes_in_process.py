@@ -12,8 +12,8 @@ import pytest
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
 from alarmtop.core.fleet.links import NodeClient
-from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
 from alarmtop.core.model.errors import InvalidArgument, NodeUnreachable
+from alarmtop.core.model.operations import EXECUTION_CLASS
 from tests.fleet.conftest import (
     SHARDS,
     Counter,

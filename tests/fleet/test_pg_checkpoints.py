@@ -11,10 +11,10 @@ import pytest
 
 from alarmtop.core import Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
-from alarmtop.core.kernel.executions.service import EXECUTION_CLASS
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.errors import LeaseLost
 from alarmtop.core.model.operations import (
+    EXECUTION_CLASS,
     ExecutionRecord,
     ExecutionStatus,
     OperationRecord,

@@ -15,7 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, TabbedContent
 
 from alarmtop.core.kernel.executions.context import DurableContext
-from alarmtop.core.kernel.executions.service import durable_execution
+from alarmtop.core.kernel.executions.functions import durable_execution
 from alarmtop.examples.flaky import Flaky
 from alarmtop.tui.client import CommandError
 from alarmtop.tui.screens.alarms import AlarmsScreen, DeadLettersScreen

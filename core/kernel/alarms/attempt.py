@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import Awaitable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from alarmtop.core.kernel.alarms.scheduler import AlarmScheduler
-from alarmtop.core.kernel.clock import Clock, Deadlines, Limit
+from alarmtop.core.kernel.clock import Deadlines, Limit
 from alarmtop.core.kernel.faults import FaultRegistry, InjectedFault
 from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject
@@ -25,6 +26,7 @@ from alarmtop.core.kernel.objects.storage import EventEnd, Plan, Storage
 from alarmtop.core.model import alarm_intent, alarm_policy, hook_info
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import AlarmHandlerTimeout, ShardMoved, StorageError
+from alarmtop.core.ports import Clock
 
 
 def describe_error(exc: BaseException) -> str:
@@ -39,7 +41,7 @@ LEASE_RECHECK_MS = 250
 
 class AlarmDispatcher:
     def __init__(self, host: ObjectHost, scheduler: AlarmScheduler, faults: FaultRegistry,
-                 clock: Clock, alarm_timeout_s: float) -> None:
+                 clock: Clock, alarm_timeout_s: float, hooks: Hooks = NO_HOOKS) -> None:
         self._host = host
         self._sched = scheduler
         self._faults = faults
@@ -48,7 +50,7 @@ class AlarmDispatcher:
         # Every attempt has the same timeout and nearly all finish long before it: one
         # clock timer for all of them instead of one per attempt.
         self._deadlines = Deadlines(clock, alarm_timeout_s)
-        self.hooks: Hooks = NO_HOOKS  # the runtime's plugins (set by the runtime)
+        self.hooks = hooks  # the runtime's plugins
 
     async def fire(self, rec: AlarmRecord) -> None:
         sched, host = self._sched, self._host
@@ -146,6 +148,11 @@ class AlarmDispatcher:
         if storage is not None:
             return await storage.load_intent()
         return await self._host.read_intent(rec.key, alarm_intent.intent_of_row(rec))
+
+    def in_turn(self, key: AlarmKey) -> AbstractAsyncContextManager[Any]:
+        """Hold the object's turn without waking it (the scheduler's recovery of an
+        attempt cut short must not interleave with the object's events)."""
+        return self._host.exclusive(key, "recovering an alarm attempt cut short")
 
     async def _run_faults(self, rec: AlarmRecord) -> None:
         """Injected faults on this object: a delay before the handler, or a raise instead."""

@@ -14,9 +14,8 @@ import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Protocol
 
-from alarmtop.core.kernel.clock import Clock
 from alarmtop.core.kernel.events import EventBus
 from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
 from alarmtop.core.model import alarm_intent, alarm_pause, alarm_policy
@@ -31,11 +30,26 @@ from alarmtop.core.model.log_records import (
     log_event,
 )
 from alarmtop.core.model.object_names import object_file_name
-from alarmtop.core.ports import AlarmRows, ExtraWrite, RuntimeDatabase
+from alarmtop.core.ports import AlarmRows, Clock, ExtraWrite, RuntimeDatabase
 
 _PENDING = object()
-FireFn = Callable[[AlarmRecord], Awaitable[None]]
-IntentOf = Callable[[AlarmRecord], Awaitable[alarm_intent.Intent]]
+
+
+class Firing(Protocol):
+    """What runs a due alarm's attempt (`attempt.AlarmDispatcher`)."""
+
+    async def fire(self, rec: AlarmRecord) -> None:
+        """Run the attempt of a due record, as an event of its object."""
+        ...
+
+    async def intent_of(self, rec: AlarmRecord) -> alarm_intent.Intent:
+        """The object's committed alarm intent (its database, or its row)."""
+        ...
+
+    def in_turn(self, key: AlarmKey) -> AbstractAsyncContextManager[Any]:
+        """Hold the object's turn, without waking it."""
+        ...
+
 # The paused alarms this node runs, with since when: (key, paused_ms).
 PausedOf = Callable[[], Awaitable[list[tuple[AlarmKey, int]]]]
 
@@ -47,10 +61,11 @@ class AlarmScheduler:
                  max_concurrent: int,
                  window_size: int, sweep_interval_s: float,
                  rng: random.Random | None = None, keep_attempts: int = alarm_policy.DEFAULT_KEEP,
-                 paused_of: PausedOf | None = None) -> None:
+                 paused_of: PausedOf | None = None,
+                 once: Callable[[str, int], Awaitable[bool]] | None = None) -> None:
         self.rows = rows
         # In a fleet: whether this node does a thing the whole fleet does once.
-        self.once: Callable[[str, int], Awaitable[bool]] | None = None
+        self.once = once
         self._submit = database.submit
         self._object_write = rows.object_write
         self._clock = clock
@@ -68,13 +83,9 @@ class AlarmScheduler:
         self._poke_before: float = -math.inf
         self._loading = False
         self._changed: dict[AlarmKey, Any] = {}
-        self._fire: FireFn | None = None
-        self._intent_of: IntentOf | None = None
+        self._firing: Firing | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.draining = False  # stopping: no attempt starts any more
-        # Holds an object's turn (the host's `exclusive`, set by the runtime): the
-        # recovery of a cut attempt must not interleave with the object's events.
-        self.exclusive: Callable[[AlarmKey], AbstractAsyncContextManager[Any]] | None = None
         self.keep_attempts = keep_attempts
         # Attempts in flight (their rows are 'running'), and rows whose attempt's end is
         # being recorded again after a failed write.
@@ -93,13 +104,12 @@ class AlarmScheduler:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, fire: FireFn, intent_of: IntentOf) -> None:
-        """Recover attempts cut short by a crash, load the window, start firing.
-
-        `intent_of(record)` reads the object's committed intent (its database, or the
-        row itself): an attempt cut short may have committed a new one."""
-        self._fire = fire
-        self._intent_of = intent_of
+    async def start(self, firing: Firing) -> None:
+        """Recover attempts cut short by a crash, load the window, start firing: each due
+        alarm goes to `firing.fire`. `firing.intent_of(record)` reads the object's
+        committed intent (its database, or the row itself): an attempt cut short may
+        have committed a new one; `firing.in_turn(key)` holds the object's turn."""
+        self._firing = firing
         self.draining = False
         self._file_classes = set(await self.rows.object_classes())
         await self._load_paused()
@@ -169,14 +179,14 @@ class AlarmScheduler:
     async def recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
         """An attempt left `running` with nobody running it: a failed attempt, retried.
 
-        In the object's turn (`exclusive`), from its row read again there: an event of
+        In the object's turn (`Firing.in_turn`), from its row read again there: an event of
         the object (on a fleet, one on the node that just gained its shard) may have
         set a new alarm since `rec` was read. Written from `rec`, the retry would put
         the row back over that alarm, later than the object's own, which then never
         fired."""
-        if self.exclusive is None:
-            return await self._recover(rec, error)
-        async with self.exclusive(rec.key):
+        firing = self._firing
+        assert firing is not None, "the scheduler is started with its attempt runner"
+        async with firing.in_turn(rec.key):
             current = await self.rows.get(rec.key)
             if current is None or current.state is not AlarmState.RUNNING or \
                     current.started_ms != rec.started_ms or rec.key in self.running:
@@ -184,8 +194,8 @@ class AlarmScheduler:
             return await self._recover(current, error)
 
     async def _recover(self, rec: AlarmRecord, error: str) -> AlarmRecord | None:
-        assert self._intent_of is not None
-        intent = await self._intent_of(rec)
+        assert self._firing is not None
+        intent = await self._firing.intent_of(rec)
         tr = alarm_intent.recover(rec, intent, self._clock.now_ms(), error,
                        self.policy_for(rec.object_class), self.keep_attempts)
         out = await self.commit(rec.key, tr)
@@ -482,8 +492,8 @@ class AlarmScheduler:
         Workers pull due alarms themselves, so a burst costs no task and no loop pass
         per alarm; the loop only starts workers (up to `max_concurrent`), sleeps until
         the next due time and refills the window."""
-        assert self._fire is not None
-        fire, window, clock = self._fire, self.window, self._clock
+        assert self._firing is not None
+        fire, window, clock = self._firing.fire, self.window, self._clock
         try:
             while True:
                 try:

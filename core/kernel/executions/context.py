@@ -11,10 +11,8 @@ An operation that must wait (a timer, a callback, a human) raises
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextvars
 import inspect
-import json
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -24,6 +22,7 @@ from alarmtop.core.kernel.executions import execution_hooks
 from alarmtop.core.kernel.executions.batch import BatchResult, BatchSpec, run_batch
 from alarmtop.core.kernel.faults import FaultRegistry, InjectedFault
 from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
+from alarmtop.core.model.callback_ids import encode_callback_id
 from alarmtop.core.model.errors import StorageError
 from alarmtop.core.model.execution_config import (
     CALLBACK_SERDES,
@@ -84,8 +83,8 @@ from alarmtop.core.model.storage_values import LogChain
 from alarmtop.core.ports import ExecutionLog
 
 if TYPE_CHECKING:
-    from alarmtop.core.kernel.clock import Clock
     from alarmtop.core.kernel.executions.saga import Saga
+    from alarmtop.core.ports import Clock
 
 T = TypeVar("T")
 REPLAY_CHILDREN_BYTES = 256 * 1024
@@ -93,25 +92,6 @@ REPLAY_CHILDREN_BYTES = 256 * 1024
 # The step whose body is running, for the idempotency ledger and faults.
 current_step: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
     "alarmtop_current_step", default=None)
-
-
-def encode_callback_id(execution_id: str, op_id: str) -> str:
-    raw = json.dumps([execution_id, op_id], separators=(",", ":")).encode()
-    return "cb1." + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_callback_id(callback_id: str) -> tuple[str, str] | None:
-    if not isinstance(callback_id, str) or not callback_id.startswith("cb1."):
-        return None
-    body = callback_id[4:]
-    try:
-        pair = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if (isinstance(pair, list) and len(pair) == 2
-            and all(isinstance(p, str) for p in pair)):
-        return pair[0], pair[1]
-    return None
 
 
 def _fn_name(fn: Callable[..., Any]) -> str | None:

@@ -27,10 +27,9 @@ from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
 from alarmtop.core.model.replay import Divergence, position, shape_of
 
 if TYPE_CHECKING:
-    from alarmtop.core.kernel.clock import Clock
-    from alarmtop.core.kernel.executions.service import DurableFunction
+    from alarmtop.core.kernel.executions.functions import DurableFunction
     from alarmtop.core.kernel.faults import FaultRegistry
-    from alarmtop.core.ports import ExecutionLog
+    from alarmtop.core.ports import Clock, ExecutionLog
 
 CLEAN = "replays cleanly"
 DEFAULT_DEADLINE_S = 10.0

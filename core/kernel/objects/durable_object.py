@@ -11,7 +11,7 @@ from alarmtop.core.kernel.objects.storage import Storage
 from alarmtop.core.kernel.supervisor import Blocker, Supervisor
 
 if TYPE_CHECKING:
-    from alarmtop.core.kernel.clock import Clock
+    from alarmtop.core.ports import Clock
 
 
 class AlarmInfo(NamedTuple):

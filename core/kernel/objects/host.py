@@ -23,7 +23,6 @@ from types import TracebackType
 from typing import Any
 
 from alarmtop.core.kernel import outbox
-from alarmtop.core.kernel.clock import Clock
 from alarmtop.core.kernel.descriptors import out_of_descriptors
 from alarmtop.core.kernel.events import EventBus
 from alarmtop.core.kernel.hooks import INCOMING, NO_HOOKS, Hooks
@@ -42,7 +41,7 @@ from alarmtop.core.model.errors import (
     StorageError,
 )
 from alarmtop.core.model.hibernation import ResidentView, choose_evictions, next_deadline
-from alarmtop.core.ports import ObjectStore, StorageBackend
+from alarmtop.core.ports import Clock, ObjectStore, StorageBackend
 
 ObjectKey = tuple[str, str]
 Body = Callable[[DurableObject], Awaitable[Any]]
@@ -133,11 +132,15 @@ class Resident:
 
 
 class ObjectHost:
+    """Every resident object of this runtime, and the one way events reach them."""
+
     def __init__(self, classes: dict[str, type[DurableObject]], backend: StorageBackend,
                  alarms: AlarmAccess, clock: Clock, events: EventBus, env: Any,
                  tasks: Supervisor, *,
                  hibernate_after_s: float, max_resident: int,
-                 delete_all_preserves_alarm: bool) -> None:
+                 delete_all_preserves_alarm: bool, hooks: Hooks = NO_HOOKS,
+                 alarm_started: Callable[[ObjectKey], int | None] = lambda key: None,
+                 may_run: Callable[[ObjectKey], bool] | None = None) -> None:
         self._classes = classes
         self._backend = backend
         self._alarms = alarms
@@ -156,14 +159,14 @@ class ObjectHost:
         self.sockets = SocketRegistry(events)
         self._store_opener = self._open_store  # one bound method shared by every Storage
         # When the alarm attempt of an object in flight started (the scheduler knows:
-        # it marks the attempt before its row says 'running'); set by the runtime.
-        self.alarm_started: Callable[[ObjectKey], int | None] = lambda key: None
+        # it marks the attempt before its row says 'running').
+        self.alarm_started = alarm_started
         # On a fleet: whether this node may run an event of the object now (it holds a
-        # lease on its shard that has not run out); set by the runtime, None alone.
-        self.may_run: Callable[[ObjectKey], bool] | None = None
+        # lease on its shard that has not run out); None alone.
+        self.may_run = may_run
         self._emfile_logged = 0.0
         self._emfile_unlogged = 0
-        self.hooks: Hooks = NO_HOOKS  # the runtime's plugins (set by the runtime)
+        self.hooks = hooks  # the runtime's plugins
 
     # -- lifecycle ------------------------------------------------------------------------
 

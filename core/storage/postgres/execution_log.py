@@ -21,7 +21,7 @@ from alarmtop.core.model.execution_timers import (
     op_timers,
 )
 from alarmtop.core.model.keys import Cursor
-from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
+from alarmtop.core.model.operations import EXECUTION_CLASS, ExecutionRecord, OperationRecord
 from alarmtop.core.model.storage_values import Counts, LogChain
 from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.alarm_rows import COLUMNS
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from alarmtop.core.storage.postgres.database import PgConn
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
-EXECUTION_OBJECTS = "Execution"  # durable.service.EXECUTION_CLASS, without importing it
 
 
 _UPSERT_EXECUTION = (
@@ -76,7 +75,7 @@ class CheckpointRows:
         self.execution_id, self.rec_row, self.op_rows = execution_id, rec_row, op_rows
         # The execution is an object of its own: its log is written only while this node
         # holds the lease of that object's shard (the index fences the transaction).
-        self.fence_key = (EXECUTION_OBJECTS, execution_id)
+        self.fence_key = (EXECUTION_CLASS, execution_id)
         self.ev_rows, self.mark_rows, self.dropped = ev_rows, mark_rows, dropped
         self.dropped_marks, self.finished = dropped_marks, finished
         self.timer_keys, self.timer_rows = timer_keys, timer_rows

@@ -1,0 +1,173 @@
+"""An operator's decisions about alarms: re-arm, fire now, clear a dead letter, pause,
+resume and snooze. Each is a record of the runtime database written without waking
+the object, on the node that holds the object's shard."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alarmtop.core.fleet.routing import Routing
+from alarmtop.core.kernel.alarms.scheduler import AlarmScheduler
+from alarmtop.core.kernel.objects.classes import ObjectClasses
+from alarmtop.core.kernel.objects.durable_object import DurableObject
+from alarmtop.core.kernel.objects.host import ObjectHost
+from alarmtop.core.kernel.run_state import RunState
+from alarmtop.core.model import alarm_policy
+from alarmtop.core.model.alarm_pause import check_snooze
+from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
+from alarmtop.core.model.alarm_status import AlarmStatus
+from alarmtop.core.model.errors import InvalidArgument, NoAlarm
+from alarmtop.core.model.object_names import check_object_name
+from alarmtop.core.model.operations import EXECUTION_CLASS
+from alarmtop.core.model.serialization import alarm_time_ms
+from alarmtop.core.ports import Clock
+
+ObjectKey = tuple[str, str]
+ClassRef = type[DurableObject] | str
+HELD_ACTIONS = frozenset({"pause", "resume", "snooze"})  # taken with the object's turn
+
+
+class AlarmActions:
+    """The operator's alarm actions (`runtime.rearm`, `fire_now`, `pause_alarm`...)."""
+
+    def __init__(self, classes: ObjectClasses, scheduler: AlarmScheduler, host: ObjectHost,
+                 routing: Routing, clock: Clock, state: RunState) -> None:
+        self._classes = classes
+        self._scheduler = scheduler
+        self._host = host
+        self._routing = routing
+        self._clock = clock
+        self._state = state
+
+    def status(self, rec: AlarmRecord) -> AlarmStatus:
+        """The public view of a record, under its class's retry policy."""
+        return AlarmStatus.of(rec, self._classes.policy_for(rec.object_class))
+
+    def _key(self, cls: ClassRef, name: str) -> ObjectKey:
+        return self._classes.name_of(cls), check_object_name(name)
+
+    async def rearm(self, cls: ClassRef, name: str, at_ms: Any = None) -> AlarmStatus:
+        """Give an alarm (typically a dead letter) a fresh ladder at `at_ms` (None: now)."""
+        at = self._clock.now_ms() if at_ms is None else alarm_time_ms(at_ms)
+        return await self.routed(cls, name, "re-arm", at)
+
+    async def fire_now(self, cls: ClassRef, name: str) -> AlarmStatus:
+        """Run the alarm's next attempt now (a dead letter is re-armed for now)."""
+        return await self.routed(cls, name, "fire", None)
+
+    async def clear_dead_letter(self, cls: ClassRef, name: str) -> AlarmStatus:
+        """Drop a dead letter for good (it stays in the event log)."""
+        return await self.routed(cls, name, "clear", None)
+
+    async def pause_alarm(self, cls: ClassRef, name: str,
+                          reason: str | None = None) -> AlarmStatus:
+        """Hold an alarm: it keeps its time, retry count and attempts and fires nothing
+        until `resume_alarm` (see `model.alarm_pause`). Pausing a paused alarm changes
+        nothing. An object that sets a new alarm meanwhile replaces the time and stays
+        paused; one that deletes its alarm removes the pause with it."""
+        return await self.routed(cls, name, "pause", None, reason=reason)
+
+    async def resume_alarm(self, cls: ClassRef, name: str,
+                           reason: str | None = None) -> AlarmStatus:
+        """Release a paused alarm; one that fell due while paused fires at once, with
+        the retry count it had."""
+        return await self.routed(cls, name, "resume", None, reason=reason)
+
+    async def snooze_alarm(self, cls: ClassRef, name: str, by_ms: int,
+                           reason: str | None = None) -> AlarmStatus:
+        """Move a pending or retrying alarm's next attempt `by_ms` later (from now, if it
+        is overdue), keeping its retries and attempts."""
+        return await self.routed(cls, name, "snooze", None, reason=reason,
+                                 by_ms=check_snooze(by_ms))
+
+    async def routed(self, cls: ClassRef, name: str, action: str, at_ms: int | None,
+                     **more: Any) -> AlarmStatus:
+        """An operator's action runs where the alarm runs: on the node holding its shard."""
+        self._state.check()
+        key = self._key(cls, name)
+        data = await self._routing.route(
+            key, lambda: self.here(key[0], key[1], action, at_ms, **more), "operate",
+            cls=key[0], name=key[1], action=action, at_ms=at_ms, **more)
+        if isinstance(data, AlarmStatus):
+            return data
+        data["attempts"] = [Attempt.from_dict(a) for a in data.get("attempts") or []]
+        return AlarmStatus(**data)
+
+    async def serve(self, request: dict[str, Any],
+                    held: Callable[[ObjectKey], Awaitable[None]]) -> Any:
+        """An action another node forwarded here, where the alarm's shard is held."""
+        cls, name, action = str(request["cls"]), str(request["name"]), str(request["action"])
+        await held(self._key(cls, name))
+        by_ms = request.get("by_ms")
+        status = await self.here(cls, name, action, request.get("at_ms"),
+                                 reason=request.get("reason"),
+                                 by_ms=None if by_ms is None else int(by_ms))
+        return status.to_dict()
+
+    async def here(self, cls: str, name: str, action: str, at_ms: int | None,
+                   reason: str | None = None, by_ms: int | None = None) -> AlarmStatus:
+        """Apply the action on this node (it holds the alarm's shard)."""
+        if action in HELD_ACTIONS:
+            return await self._held(cls, name, action, reason, by_ms)
+        sched = self._scheduler
+        if action == "re-arm":
+            at = self._clock.now_ms() if at_ms is None else at_ms
+            return await self._apply(cls, name, action, lambda rec: sched.rearm(rec, at))
+        if action == "fire":
+            return await self._apply(cls, name, action, sched.fire_now)
+        if action == "clear":
+            async def clear(rec: AlarmRecord) -> None:
+                if rec.state is not AlarmState.DEAD:
+                    raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
+                                          f"{rec.state.value}, not a dead letter; nothing "
+                                          "cleared")
+                await sched.commit(rec.key, alarm_policy.delete_alarm(rec))
+            return await self._apply(cls, name, action, clear)
+        raise InvalidArgument(f"unknown alarm action {action!r}")
+
+    async def _apply(self, cls: ClassRef, name: str, action: str,
+                     apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:
+        """Apply an operator's decision to the alarm record, without waking the object:
+        the record is the runtime's own. An attempt in flight ends first (its end would
+        overwrite the decision)."""
+        self._state.check()
+        key = self._key(cls, name)
+        rec = await self._scheduler.lookup(key)
+        if rec is not None and rec.state is AlarmState.RUNNING:
+            # Under an operator's patience (supervisor.patience) this wait gives up with
+            # ObjectBusy, naming what holds the object; nothing is applied then.
+            async with self._host.exclusive(key, f"with an operator's {action}"):
+                rec = await self._scheduler.lookup(key)
+                if rec is None:
+                    raise NoAlarm(*key, action)
+                new = await apply(rec)
+            return self.status(new if new is not None else rec)
+        if rec is None:
+            raise NoAlarm(*key, action)
+        new = await apply(rec)
+        return self.status(new if new is not None else rec)
+
+    async def _held(self, cls: str, name: str, action: str, reason: str | None,
+                    by_ms: int | None) -> AlarmStatus:
+        """Pause, resume or snooze, holding the object's turn (it is not woken): no event
+        of the object commits an alarm change in between the read and the write."""
+        self._state.check()
+        key = self._key(cls, name)
+        if key[0] == EXECUTION_CLASS:
+            raise InvalidArgument(f"{key[0]}/{key[1]} is an execution: pause it with "
+                                  "rt.executions.pause(id), move its timers with "
+                                  "rt.executions.move_timer(...)")
+        sched = self._scheduler
+        async with self._host.exclusive(key, f"with an operator's {action}"):
+            rec = await sched.lookup(key)
+            if rec is None:
+                raise NoAlarm(*key, action)
+            if action == "pause":
+                new = await sched.pause(rec, reason)
+            elif action == "resume":
+                new = await sched.resume(rec, reason)
+            else:
+                assert by_ms is not None
+                new = await sched.snooze(rec, by_ms, reason)
+        return self.status(new if new is not None else rec)
