@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alarmtop.core import AlarmInfo, DurableObject
-from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
+from alarmtop.core import AlarmInfo, DurableObject, HibernatableWebSocket
 
 PRUNE_EVERY_MS = 60_000
 STALE_AFTER_MS = 60_000

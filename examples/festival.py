@@ -26,11 +26,11 @@ from alarmtop.core.durable import (
     DurableContext,
     DurableFunction,
     Duration,
+    Ledger,
     RetryPresets,
     StepConfig,
     durable_execution,
 )
-from alarmtop.core.kernel.executions.ledger import Ledger
 
 # A partner API outage outlasts a few tries: the notice then fails for good, and the
 # execution waits for an operator's redrive rather than retrying for minutes.

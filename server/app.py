@@ -38,8 +38,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from alarmtop.core import Runtime
-from alarmtop.core.kernel.supervisor import Supervisor
 from alarmtop.core.model.errors import AlarmtopError
+from alarmtop.core.ops import Supervisor
 from alarmtop.server.auth import Tokens
 from alarmtop.server.feed import ClientChannel, Feed, Frame
 from alarmtop.server.guard import (

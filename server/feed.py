@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from alarmtop.core.kernel.events import Event
+from alarmtop.core import Event
 from alarmtop.server.ops import OpsService, alarm_row, execution_row
 from alarmtop.server.wire import encode, split_object
 

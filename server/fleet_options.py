@@ -51,8 +51,7 @@ def make_backend(dsn: str, node_id: str | None, node_host: str, shards: int,
                  lease_s: float) -> Any:
     """A `PostgresBackend`; `InvalidArgument` (with what to do) when asyncpg is missing
     or an option is out of range."""
-    from alarmtop.core.storage.postgres.backend import PostgresBackend, _asyncpg
-    _asyncpg()  # a missing extra says so before anything starts
+    from alarmtop.core import PostgresBackend
     return PostgresBackend(dsn, node_id=node_id, shards=shards, lease_s=lease_s,
                            node_host=node_host)
 

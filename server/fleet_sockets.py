@@ -17,9 +17,8 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
-from alarmtop.core.fleet.links import NodeClient
-from alarmtop.core.fleet.sockets import CLOSE_MOVED, NODE_GONE
 from alarmtop.core.model.errors import NodeUnreachable, UnknownSocket
+from alarmtop.core.ops import CLOSE_MOVED, NODE_GONE, NodeClient
 from alarmtop.server.guard import CLOSE_POLICY
 from alarmtop.server.wire import close_reason
 

@@ -24,7 +24,6 @@ from collections.abc import Callable
 from typing import Any
 
 from alarmtop.core import Runtime
-from alarmtop.core.fleet.routing import FleetBackend
 from alarmtop.server.listing import check_sort, contains, sort_rows, window
 
 MAX_AGE_S = 1.0
@@ -58,7 +57,7 @@ class FleetView:
 
     @property
     def fleet(self) -> bool:
-        return isinstance(self.rt.backend, FleetBackend)
+        return self.rt.node is not None
 
     async def rows(self) -> list[dict[str, Any]]:
         """The nodes as last fetched, fetched again when older than `max_age_s`. A fetch

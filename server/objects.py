@@ -32,9 +32,8 @@ from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import Runtime
-from alarmtop.core.fleet.sockets import takes_sockets
-from alarmtop.core.kernel.objects.sockets import HibernatableWebSocket
 from alarmtop.core.model.errors import AlarmtopError, NodeUnreachable
+from alarmtop.core.ops import HibernatableWebSocket, takes_sockets
 from alarmtop.server.fleet_sockets import RelayedSocket
 from alarmtop.server.guard import (
     CLOSE_INTERNAL,

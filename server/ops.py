@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core import AlarmStatus, RetryPolicy, Runtime
-from alarmtop.core.kernel.supervisor import Supervisor, patience
 from alarmtop.core.model import hook_info, keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, is_near_exhaustion
 from alarmtop.core.model.callback_ids import decode_callback_id
 from alarmtop.core.model.errors import AlarmtopError, CommandTimeout
 from alarmtop.core.model.operations import EXECUTION_CLASS
 from alarmtop.core.model.storage_values import ObjectEntry
+from alarmtop.core.ops import Supervisor, patience
 from alarmtop.server.execution_ops import RUNTIME_AUDITED, TOOL_QUERIES, ExecutionTools
 from alarmtop.server.fleet_view import FleetView
 from alarmtop.server.listing import (

@@ -52,7 +52,7 @@ class NotReached(AssertionError):
 
 def virtual_clock_of(rt: Runtime) -> VirtualClock:
     """The runtime's `VirtualClock`, or `TypeError` saying how to get one."""
-    from alarmtop.core.kernel.clock import VirtualClock
+    from alarmtop.core import VirtualClock
 
     clock = rt.clock
     if not isinstance(clock, VirtualClock):
@@ -198,7 +198,7 @@ def describe_execution(d: dict[str, Any] | None) -> str:
 
 
 async def _describe(rt: Runtime, execution_id: str) -> dict[str, Any] | None:
-    from alarmtop.core.model.execution_errors import UnknownExecution
+    from alarmtop.core.durable import UnknownExecution
     try:
         return await rt.executions.describe(execution_id)
     except UnknownExecution:

@@ -3,6 +3,7 @@
 from alarmtop.core.kernel.executions.batch import BatchItem, BatchResult
 from alarmtop.core.kernel.executions.context import Callback, DurableContext
 from alarmtop.core.kernel.executions.functions import DurableFunction, durable_execution
+from alarmtop.core.kernel.executions.ledger import Ledger
 from alarmtop.core.kernel.executions.saga import Saga
 from alarmtop.core.model.execution_config import (
     CallbackConfig,
@@ -36,12 +37,14 @@ from alarmtop.core.model.execution_errors import (
     IllegalTransition,
     ReplayDivergence,
     StepError,
+    UnknownExecution,
     ValidationError,
     WaitForConditionError,
 )
 
 __all__ = [
-    "BatchItem", "BatchResult",
+    "BatchItem",
+    "BatchResult",
     "Callback",
     "CallbackConfig",
     "CallbackError",
@@ -57,6 +60,7 @@ __all__ = [
     "IllegalTransition",
     "InvokeConfig",
     "JitterStrategy",
+    "Ledger",
     "MapConfig",
     "NestingType",
     "ParallelConfig",
@@ -69,6 +73,7 @@ __all__ = [
     "StepConfig",
     "StepError",
     "StepSemantics",
+    "UnknownExecution",
     "ValidationError",
     "WaitForCallbackConfig",
     "WaitForConditionConfig",

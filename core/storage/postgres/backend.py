@@ -139,6 +139,7 @@ class PostgresBackend:
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
                  lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
                  node_host: str = "127.0.0.1") -> None:
+        _asyncpg()  # a missing extra says so before anything starts
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
