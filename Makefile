@@ -26,6 +26,8 @@ lint: $(STAMP)
 	mkdir -p .typecheck/alarmtop
 	for d in core server tui examples testing; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
 	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples -p alarmtop.testing
+	@# The import contracts (pyproject.toml, [tool.importlinter]) on the same layout.
+	PYTHONPATH=.typecheck $(BIN)/lint-imports --no-cache
 
 bench: $(STAMP)
 	$(BIN)/python bench/physical_limits.py --quick

@@ -269,3 +269,11 @@ class ShardMoved(NodeUnreachable):
 
 class ChainBroken(StorageError):
     """An earlier write of the same invocation's log was not made."""
+
+
+# Every error of the tree says it is `alarmtop.core.errors.X`, its public name: that is
+# how it is recorded (an execution's error type, the audit log) and how users import it.
+for _error in [v for v in list(globals().values())
+               if isinstance(v, type) and issubclass(v, BaseException)
+               and v.__module__ == __name__]:
+    _error.__module__ = "alarmtop.core.errors"

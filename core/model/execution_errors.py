@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from alarmtop.core.model.replay import Divergence
+    from alarmtop.core.model.divergence import Divergence
 
 from alarmtop.core.model.errors import AlarmtopError, InvalidArgument, NotFound
 
@@ -204,3 +204,11 @@ class NonDeterministicExecutionError(_ControlFlow):
 
 class ExecutionAborted(_ControlFlow):
     """An operator aborted the execution while it waited for a human."""
+
+
+# Each error says it is `alarmtop.core.durable.errors.X`, its public name: that is how it
+# is recorded in an execution's history and how users import it.
+for _error in [v for v in list(globals().values())
+               if isinstance(v, type) and issubclass(v, BaseException)
+               and v.__module__ == __name__]:
+    _error.__module__ = "alarmtop.core.durable.errors"

@@ -25,6 +25,8 @@ _STEP_KINDS = {"step_raise", "step_crash", "compensation_fail", "idempotency_off
 class InjectedFault(RuntimeError):
     """Raised in place of a handler or step body by an injected fault."""
 
+    __module__ = "alarmtop.core"  # its public name, as histories and logs record it
+
     def __init__(self, fault_id: str, kind: str, target: str) -> None:
         super().__init__(f"injected fault {fault_id} ({kind}) on {target}")
         self.fault_id = fault_id

@@ -13,8 +13,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
+from alarmtop.core.model.divergence import Divergence, Shape
 from alarmtop.core.model.execution_errors import (
     IllegalTransition,
     NonDeterministicExecutionError,
@@ -79,46 +80,8 @@ def advance_execution(current: ExecutionStatus, to: ExecutionStatus, execution_i
 # -- matching -------------------------------------------------------------------------
 
 
-class Shape(NamedTuple):
-    """What identifies an operation to replay: its type, sub-type and name."""
-
-    type: OpType
-    sub_type: str
-    name: str | None
-
-    def label(self) -> str:
-        return f"{self.type.value} {self.sub_type} {self.name!r}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type.value, "kind": self.sub_type, "name": self.name}
-
-
 def shape_of(rec: OperationRecord) -> Shape:
     return Shape(rec.type, rec.sub_type, rec.name)
-
-
-@dataclass(frozen=True)
-class Divergence:
-    """Where a handler and a log disagree. `current` is None when the log holds an
-    operation the handler no longer calls; `index` counts the operations met before."""
-
-    op_id: str
-    index: int
-    recorded: Shape
-    current: Shape | None
-
-    def message(self) -> str:
-        if self.current is None:
-            return (f"replay diverged at operation {self.op_id}: the log has "
-                    f"{self.recorded.label()}, which the handler no longer calls (operation "
-                    f"index {self.index})")
-        return (f"replay diverged at operation {self.op_id}: the log has "
-                f"{self.recorded.label()}, the handler now calls {self.current.label()} "
-                f"(operation index {self.index})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"op_id": self.op_id, "index": self.index, "recorded": self.recorded.to_dict(),
-                "current": None if self.current is None else self.current.to_dict()}
 
 
 FIX_HINT = ("; the handler code changed for a running execution. Deploy the old code under "

@@ -256,7 +256,7 @@ def fail_a_trip_with_no_lock(lines: Lines, state: State) -> str:
     eid = _first(sorted(state["executions"]), lambda e: (state["executions"][e] or {}).get(
         "status") == "succeeded" and e.startswith("trip-"), "finished trip")
     d = state["executions"][eid]
-    d["status"], d["error"] = "failed", {"ErrorType": "alarmtop.core.model.errors.StorageError",
+    d["status"], d["error"] = "failed", {"ErrorType": "alarmtop.core.errors.StorageError",
                                          "ErrorMessage": "database is locked"}
     lines[:] = [x for x in lines if x["k"] not in ("lock", "unlock")]
     return f"trip {eid} should"

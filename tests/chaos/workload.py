@@ -85,8 +85,8 @@ from alarmtop.core.durable import (
     durable_execution,
 )
 from alarmtop.core.kernel.clock import SystemClock
-from alarmtop.core.kernel.executions.context import current_step
 from alarmtop.core.kernel.executions.functions import DurableFunction
+from alarmtop.core.kernel.executions.invocation import current_step
 from alarmtop.core.kernel.executions.ledger import Ledger
 from alarmtop.core.model.errors import NodeUnreachable, StorageError
 from alarmtop.core.model.execution_config import JitterStrategy

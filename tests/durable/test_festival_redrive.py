@@ -20,7 +20,7 @@ async def test_the_outage_day_is_redriven_after_the_outage(make_runtime: Runtime
     await clock.advance(10)  # three tries of notify_partners, two seconds apart
     d = await rt.executions.describe(EID)
     assert (d["status"], d["error"]["ErrorType"]) == ("failed",
-                                                      "alarmtop.core.kernel.faults.InjectedFault")
+                                                      "alarmtop.core.InjectedFault")
     await story.tick()
     assert not story.redriven  # the failure is shown for a while first
     await clock.advance(10)

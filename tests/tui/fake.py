@@ -187,7 +187,7 @@ def _history(*entries: tuple[str, str]) -> list[dict[str, Any]]:
             ev["Id"] = ids.setdefault(name, str(len(ids) + 1))
         if kind == "StepFailed":
             ev["StepFailedDetails"] = {
-                "Error": {"Payload": {"ErrorType": "alarmtop.core.kernel.faults.InjectedFault",
+                "Error": {"Payload": {"ErrorType": "alarmtop.core.InjectedFault",
                                       "ErrorMessage": FAULT_ERROR}},
                 "RetryDetails": {"CurrentAttempt": 1, "NextAttemptDelaySeconds": 1}}
         out.append(ev)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from alarmtop.core.kernel.executions.scope import OperationScope
 from alarmtop.core.model.execution_config import JSON_SERDES, CompletionConfig, NestingType, SerDes
 from alarmtop.core.model.execution_errors import (
     ChildContextError,
@@ -24,9 +25,6 @@ from alarmtop.core.model.execution_errors import (
 )
 from alarmtop.core.model.operations import OpStatus, OpType, payload
 from alarmtop.core.model.replay import advance
-
-if TYPE_CHECKING:
-    from alarmtop.core.kernel.executions.context import DurableContext
 
 ALL_COMPLETED = "ALL_COMPLETED"
 MIN_SUCCESSFUL_REACHED = "MIN_SUCCESSFUL_REACHED"
@@ -121,7 +119,8 @@ def completion(cfg: CompletionConfig, total: int, succeeded: int, failed: int,
     return None
 
 
-Branch = Callable[["DurableContext"], Awaitable[Any]]
+# A branch: given its context (a `DurableContext`), its value.
+Branch = Callable[[Any], Awaitable[Any]]
 
 
 @dataclass
@@ -136,21 +135,21 @@ class BatchSpec:
     item_serdes: SerDes | None
 
 
-async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> BatchResult:
-    """The parent operation: replayed whole once done, else (re)runs its branches."""
-    from alarmtop.core.kernel.executions.context import DurableContext as Ctx
+async def run_batch(scope: OperationScope, spec: BatchSpec, name: str | None) -> BatchResult:
+    """The parent operation, in the context whose operations are `scope`: replayed whole
+    once done, else (re)runs its branches."""
     cfg = spec.completion
     if cfg.min_successful is not None and cfg.min_successful > len(spec.branches):
         raise ValidationError(f"min_successful={cfg.min_successful} is more than the "
                               f"{len(spec.branches)} branches")
-    inv = ctx._inv
-    op_id = ctx._next_id()
-    rec = ctx._lookup(op_id, OpType.CONTEXT, spec.kind, name)
-    done, recorded = ctx._replayed(rec, spec.serdes or JSON_SERDES, ChildContextError)
+    inv = scope.inv
+    op_id = scope.next_id()
+    rec = scope.lookup(op_id, OpType.CONTEXT, spec.kind, name)
+    done, recorded = scope.replayed(rec, spec.serdes or JSON_SERDES, ChildContextError)
     if done:
         return BatchResult.from_dict(recorded)
     if rec is None:
-        rec = ctx._new(op_id, OpType.CONTEXT, spec.kind, name)
+        rec = scope.new(op_id, OpType.CONTEXT, spec.kind, name)
         await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
 
     item_serdes = spec.item_serdes or spec.serdes or JSON_SERDES
@@ -166,10 +165,10 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
         branch_id = f"{op_id}-{index + 1}"
         try:
             if spec.nesting is NestingType.FLAT:
-                value = await fn(Ctx(inv, branch_id, parent_for_records=op_id))
+                value = await fn(scope.context_of(inv, branch_id, op_id))
                 results[index] = BatchItem(index, "SUCCEEDED", value)
                 return
-            value = await ctx._child_at(branch_id, fn, bname, spec.item_sub_type, item_serdes,
+            value = await scope.child_at(branch_id, fn, bname, spec.item_sub_type, item_serdes,
                                         parent_id=op_id)
             results[index] = BatchItem(index, "SUCCEEDED", value)
         except SuspendExecution as exc:
@@ -219,7 +218,7 @@ async def run_batch(ctx: DurableContext, spec: BatchSpec, name: str | None) -> B
     batch = BatchResult(items, reason)
     text = (spec.serdes or JSON_SERDES).serialize(batch.to_dict())
     advance(rec, OpStatus.SUCCEEDED)
-    rec.result, rec.ended_ms = text, ctx._clock_ms()
+    rec.result, rec.ended_ms = text, scope.clock_ms()
     await inv.save(rec, inv.event("ContextSucceeded", rec, {"Result": payload(text)}))
     return batch
 

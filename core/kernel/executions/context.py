@@ -10,20 +10,18 @@ An operation that must wait (a timer, a callback, a human) raises
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from alarmtop.core.kernel.executions import execution_hooks
 from alarmtop.core.kernel.executions.batch import BatchResult, BatchSpec, run_batch
-from alarmtop.core.kernel.faults import FaultRegistry, InjectedFault
-from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
+from alarmtop.core.kernel.executions.invocation import Invocation, current_step
+from alarmtop.core.kernel.executions.saga import Saga
+from alarmtop.core.kernel.executions.scope import OperationScope
 from alarmtop.core.model.callback_ids import encode_callback_id
-from alarmtop.core.model.errors import StorageError
 from alarmtop.core.model.execution_config import (
     CALLBACK_SERDES,
     JSON_SERDES,
@@ -46,13 +44,8 @@ from alarmtop.core.model.execution_errors import (
     CallbackExternalError,
     CallbackSubmitterError,
     CallbackTimeoutError,
-    CheckpointFailed,
-    ChildContextError,
     DurableOperationError,
-    ExecutionAborted,
-    InvocationCrash,
     InvokeError,
-    ReplayFrontier,
     StepError,
     StepInterruptedError,
     SuspendExecution,
@@ -61,37 +54,18 @@ from alarmtop.core.model.execution_errors import (
     error_object,
 )
 from alarmtop.core.model.operations import (
-    ExecutionRecord,
     OperationRecord,
     OpStatus,
     OpType,
     error_payload,
     iso,
-    make_event,
     payload,
 )
 from alarmtop.core.model.replay import (
-    HUMAN,
-    Outcome,
     advance,
-    mark_key,
-    match,
-    resolve,
-    suspend_reason,
 )
-from alarmtop.core.model.storage_values import LogChain
-from alarmtop.core.ports import ExecutionLog
-
-if TYPE_CHECKING:
-    from alarmtop.core.kernel.executions.saga import Saga
-    from alarmtop.core.ports import Clock
 
 T = TypeVar("T")
-REPLAY_CHILDREN_BYTES = 256 * 1024
-
-# The step whose body is running, for the idempotency ledger and faults.
-current_step: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
-    "alarmtop_current_step", default=None)
 
 
 def _fn_name(fn: Callable[..., Any]) -> str | None:
@@ -99,118 +73,12 @@ def _fn_name(fn: Callable[..., Any]) -> str | None:
     return None if name in (None, "<lambda>") else str(name)
 
 
-class Invocation:
-    """One run of a handler: the log it replays, event numbering, checkpoints."""
-
-    def __init__(self, record: ExecutionRecord, ops: dict[str, OperationRecord],
-                 next_event_id: int, store: ExecutionLog, clock: Clock,
-                 faults: FaultRegistry, rng: random.Random,
-                 marks: dict[str, str] | None = None, *, replay_only: bool = False) -> None:
-        self.record = record
-        self.ops = ops
-        self.next_event_id = next_event_id
-        self.store = store
-        self.clock = clock
-        self.faults = faults
-        self.rng = rng
-        self.sagas: list[Saga] = []
-        self.chain = LogChain()  # its writes land in order or not at all
-        self.replaying_until = len(ops)
-        # Values `now()` and `random()` gave, by `replay.mark_key`; new ones ride the
-        # next checkpoint (whatever used them lands with or after them).
-        self.marks = marks if marks is not None else {}
-        self.new_marks: dict[str, str] = {}
-        # A replay-only run (the replay check) runs no body and writes nothing: it
-        # stops (`ReplayFrontier`) where it would; `visited` says what it replayed.
-        self.replay_only = replay_only
-        self.visited: list[str] = []
-        self.met = 0  # operations looked up so far (a divergence's index)
-        # Announces history events once their checkpoint has landed; set by the engine.
-        self.announce: Callable[[ExecutionRecord, Sequence[dict[str, Any]]], None] | None = None
-        # Starts another execution (for invoke); set by the engine.
-        self.start_child: Callable[..., Awaitable[str]] | None = None
-        # The lifecycle hooks it reports to; set by the engine (a replay check has none).
-        self.hooks: Hooks = NO_HOOKS
-
-    @property
-    def execution_id(self) -> str:
-        return self.record.id
-
-    def event(self, event_type: str, op: OperationRecord | None,
-              details: dict[str, Any] | None = None) -> dict[str, Any]:
-        ev = make_event(self.next_event_id, event_type, self.clock.now_ms(), op, details)
-        self.next_event_id += 1
-        return ev
-
-    def frontier(self, op_id: str) -> None:
-        """In a replay-only run, stop where the handler would run or write something."""
-        if self.replay_only:
-            raise ReplayFrontier(f"operation {op_id} has no recorded outcome: it would run "
-                                 "here", None, op_id)
-
-    def take_marks(self) -> dict[str, str]:
-        """The `now()`/`random()` values not yet given to a checkpoint."""
-        taken, self.new_marks = self.new_marks, {}
-        return taken
-
-    async def save(self, op: OperationRecord, *events: dict[str, Any], wait: bool = True) -> None:
-        """Checkpoint `op` with `events`; its events are announced once it has landed."""
-        if self.replay_only:
-            self.frontier(op.id)  # never written in a replay-only run
-        self.ops[op.id] = op
-        record = None
-        if self.new_marks and not self.record.has_marks:
-            # The record says so with the first values, in the same write: a later load
-            # knows to read them, even if this invocation dies before its end.
-            self.record.has_marks = True
-            record = self.record
-        fut = self.store.checkpoint(self.record.id, record, [op], events, self.chain,
-                                    marks=self.take_marks() if self.new_marks else None)
-        announce = self.announce if events else None
-        ended = self.hooks if op.done and self.hooks.on_operation_end else None
-        if wait:
-            try:
-                await fut
-            except StorageError as exc:
-                raise CheckpointFailed(str(exc)) from None
-            if announce is not None:
-                announce(self.record, events)
-            if ended is not None:
-                execution_hooks.operation_ended(ended, self.record, op, self.clock.now_ms())
-        elif announce is not None or ended is not None:
-            record, clock = self.record, self.clock
-
-            def landed(f: asyncio.Future[None]) -> None:
-                if not f.cancelled() and f.exception() is None:
-                    if announce is not None:
-                        announce(record, events)
-                    if ended is not None:
-                        execution_hooks.operation_ended(ended, record, op, clock.now_ms())
-            fut.add_done_callback(landed)
-
-    def faults_armed(self) -> bool:
-        """Whether any fault is armed against this execution (a crash may come anywhere)."""
-        return self.faults.armed_for(self.execution_id)
-
-    def crash_point(self, step: str, point: str) -> None:
-        fault = self.faults.find(self.execution_id, "step_crash", step)
-        if fault is not None and fault.point == point:
-            self.faults.take(self.execution_id, "step_crash", step)
-            raise InvocationCrash(f"injected crash at point {point} of step {step!r}")
-
-    def raise_fault(self, step: str) -> None:
-        for kind in ("compensation_fail", "step_raise"):
-            fault = self.faults.take(self.execution_id, kind, step)
-            if fault is not None:
-                raise InjectedFault(fault.id, kind, f"{self.execution_id}/{step}")
-
-
 class Callback:
     """A callback created by `create_callback`: hand `callback_id` to the outside."""
 
-    def __init__(self, ctx: DurableContext, op_id: str, callback_id: str, name: str | None,
+    def __init__(self, scope: OperationScope, op_id: str, callback_id: str, name: str | None,
                  serdes: SerDes) -> None:
-        self._ctx = ctx
+        self._scope = scope
         self.op_id = op_id
         self.callback_id = callback_id
         self.name = name
@@ -218,8 +86,8 @@ class Callback:
 
     async def result(self) -> Any:
         """The payload sent with success; raises on failure or timeout; suspends until then."""
-        _, value = self._ctx._replayed(self._ctx._inv.ops[self.op_id], self._serdes,
-                                       CallbackExternalError, CallbackTimeoutError)
+        _, value = self._scope.replayed(self._scope.inv.ops[self.op_id], self._serdes,
+                                        CallbackExternalError, CallbackTimeoutError)
         return value
 
 
@@ -229,13 +97,8 @@ class DurableContext:
     def __init__(self, inv: Invocation, parent_id: str | None = None, *,
                  parent_for_records: str | None = None) -> None:
         self._inv = inv
-        self._parent_id = parent_id  # prefixes the ids of this context's operations
-        # A FLAT batch branch has no record of its own: its operations name the batch.
-        self._record_parent = parent_for_records or parent_id
-        self._counter = 0
-        # How many values `now()`/`random()` took since operation `_marks_at`.
-        self._marks_at = 0
-        self._marks_taken = 0
+        # Its operations: ids, log look-ups, records (shared with parallel/map and sagas).
+        self._ops = OperationScope(inv, parent_id, parent_for_records, _child_context)
 
     # -- identity and helpers -------------------------------------------------------------
 
@@ -246,7 +109,7 @@ class DurableContext:
     def now_ms(self) -> int:
         """The runtime clock's epoch ms, recorded: every replay of this point of the
         handler (after a wait, a crash, a redrive) sees the same value."""
-        return int(self._mark("now", lambda: str(self._clock_ms())))
+        return int(self._ops.mark("now", lambda: str(self._ops.clock_ms())))
 
     def now(self) -> datetime:
         """`now_ms()` as an aware UTC datetime (recorded the same way)."""
@@ -254,33 +117,16 @@ class DurableContext:
 
     def random(self) -> random.Random:
         """A `random.Random` whose seed is recorded: replays draw the same numbers."""
-        return random.Random(int(self._mark("random",
+        return random.Random(int(self._ops.mark("random",
                                             lambda: str(self._inv.rng.getrandbits(64)))))
 
-    def _mark(self, kind: str, fresh: Callable[[], str]) -> str:
-        """The recorded value of the next `kind` taken here, made by `fresh` the first
-        time (outside the history: the AWS events are not touched)."""
-        inv = self._inv
-        n = self._marks_taken = self._marks_taken + 1 if self._marks_at == self._counter else 1
-        self._marks_at = self._counter
-        key = mark_key(self._parent_id, self._counter, kind, n)
-        value = inv.marks.get(key)
-        if value is None:
-            value = fresh()
-            if not inv.replay_only:
-                inv.marks[key] = inv.new_marks[key] = value
-        return value
-
-    def _clock_ms(self) -> int:
-        """The clock for the engine's own bookkeeping (never recorded)."""
-        return self._inv.clock.now_ms()
-
     def is_replaying(self) -> bool:
-        return self._counter < self._inv.replaying_until and self._parent_id is None
+        return self._ops.counter < self._inv.replaying_until and self._ops.parent_id is None
 
     def idempotency_key(self, *parts: Any) -> str:
         """A key that is the same on every replay of this point of the handler."""
-        where = f"{self._parent_id}-{self._counter}" if self._parent_id else str(self._counter)
+        ops = self._ops
+        where = f"{ops.parent_id}-{ops.counter}" if ops.parent_id else str(ops.counter)
         step = current_step.get()
         if step is not None:
             where = step[1]
@@ -289,55 +135,9 @@ class DurableContext:
 
     def saga(self) -> Saga:
         """A compensation stack for this context, rebuilt by replay on every invocation."""
-        from alarmtop.core.kernel.executions.saga import Saga
-        saga = Saga(self)
+        saga = Saga(self, self._ops)
         self._inv.sagas.append(saga)
         return saga
-
-    def _next_id(self) -> str:
-        self._counter += 1
-        return f"{self._parent_id}-{self._counter}" if self._parent_id else str(self._counter)
-
-    def _lookup(self, op_id: str, op_type: OpType, sub_type: str,
-                name: str | None) -> OperationRecord | None:
-        inv = self._inv
-        rec = match(inv.ops.get(op_id), op_id, op_type, sub_type, name, inv.met)
-        inv.met += 1
-        if inv.replay_only:
-            inv.visited.append(op_id)
-        return rec
-
-    def _replayed(self, rec: OperationRecord | None, serdes: SerDes,
-                  error: type[DurableOperationError],
-                  timed_out: type[DurableOperationError] | None = None) -> tuple[bool, Any]:
-        """The one check of a recorded outcome: `(True, value)` for a recorded result;
-        raises the recorded error (`timed_out` for a timeout, when given) or suspends
-        on what the log waits for; `(False, None)` when the operation must run."""
-        if rec is None:
-            return False, None  # nothing recorded: the common case, kept short
-        found = resolve(rec, self._clock_ms())
-        if found.outcome is Outcome.VALUE:
-            return True, None if found.text is None else serdes.deserialize(found.text)
-        if found.outcome is Outcome.ERROR:
-            cls = timed_out if timed_out and found.status is OpStatus.TIMED_OUT else error
-            raise cls.from_error_object(found.error or {})
-        if found.outcome is Outcome.SUSPEND and rec is not None:
-            raise SuspendExecution(suspend_reason(rec), found.until_ms, rec.id)
-        return False, None
-
-    def _new(self, op_id: str, op_type: OpType, sub_type: str, name: str | None, *,
-             parent_id: str | None = None, **fields: Any) -> OperationRecord:
-        """The record of an operation the handler reaches for the first time: its start
-        (never a replay's: a replayed operation has its record)."""
-        inv = self._inv
-        if inv.replay_only:
-            inv.frontier(op_id)
-        now = self._clock_ms()
-        rec = OperationRecord(op_id, op_type, sub_type, name, parent_id or self._record_parent,
-                              started_ms=now, **fields)
-        if inv.hooks.on_operation_start:
-            execution_hooks.operation_started(inv.hooks, inv.execution_id, rec, now)
-        return rec
 
     # -- step -----------------------------------------------------------------------------
 
@@ -354,14 +154,14 @@ class DurableContext:
 
     async def _step(self, fn: Callable[..., Any], args: tuple[Any, ...], name: str | None,
                     cfg: StepConfig, sub_type: str) -> Any:
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.STEP, sub_type, name)
+        op_id = self._ops.next_id()
+        rec = self._ops.lookup(op_id, OpType.STEP, sub_type, name)
         serdes = cfg.serdes or JSON_SERDES
-        done, value = self._replayed(rec, serdes, StepError)
+        done, value = self._ops.replayed(rec, serdes, StepError)
         if done:
             return value
         if rec is None:
-            rec = self._new(op_id, OpType.STEP, sub_type, name, status=OpStatus.READY)
+            rec = self._ops.new(op_id, OpType.STEP, sub_type, name, status=OpStatus.READY)
         return await self._attempt(rec, fn, args, cfg, serdes)
 
     async def _attempt(self, rec: OperationRecord, fn: Callable[..., Any], args: tuple[Any, ...],
@@ -382,7 +182,7 @@ class DurableContext:
         started: tuple[dict[str, Any], ...] = ()
         if not interrupted:
             advance(rec, OpStatus.STARTED).attempt += 1
-            rec.started_ms = self._clock_ms()
+            rec.started_ms = self._ops.clock_ms()
             started = (inv.event("StepStarted", rec),)
             if at_most_once or inv.faults_armed():
                 await inv.save(rec, *started, wait=at_most_once)
@@ -390,7 +190,7 @@ class DurableContext:
         inv.crash_point(label, "A")
         token = current_step.set((inv.execution_id, rec.id, label))
         hooks = inv.hooks
-        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._ops.clock_ms()) \
             if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
             inv.raise_fault(label)
@@ -402,16 +202,16 @@ class DurableContext:
                 value = await value
         except Exception as exc:
             if told is not None:
-                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
+                execution_hooks.attempt_ended(hooks, told, self._ops.clock_ms(), exc)
             return await self._step_failed(rec, cfg, exc, rec.attempt, started)
         except BaseException as exc:  # cancelled: the attempt ends all the same
             if told is not None:
-                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
+                execution_hooks.attempt_ended(hooks, told, self._ops.clock_ms(), exc)
             raise
         finally:
             current_step.reset(token)
         if told is not None:
-            execution_hooks.attempt_ended(hooks, told, self._clock_ms(), None)
+            execution_hooks.attempt_ended(hooks, told, self._ops.clock_ms(), None)
         try:
             text = serdes.serialize(value)
         except (TypeError, ValueError) as exc:
@@ -421,7 +221,7 @@ class DurableContext:
                                            rec.attempt, started)
         inv.crash_point(label, "B")
         advance(rec, OpStatus.SUCCEEDED)
-        rec.result, rec.error, rec.ended_ms = text, None, self._clock_ms()
+        rec.result, rec.error, rec.ended_ms = text, None, self._ops.clock_ms()
         await inv.save(rec, *started, inv.event("StepSucceeded", rec, {
             "Result": payload(text), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
         inv.crash_point(label, "C")
@@ -437,13 +237,13 @@ class DurableContext:
         rec.error = err
         if decision.should_retry:
             delay = max(1, decision.delay_seconds)
-            advance(rec, OpStatus.PENDING).next_attempt_ms = self._clock_ms() + delay * 1000
+            advance(rec, OpStatus.PENDING).next_attempt_ms = self._ops.clock_ms() + delay * 1000
             await inv.save(rec, *started, inv.event("StepFailed", rec, {
                 "Error": error_payload(err),
                 "RetryDetails": {"CurrentAttempt": attempt, "NextAttemptDelaySeconds": delay}}))
             raise SuspendExecution(f"step {rec.name or rec.id!r} retries in {delay}s",
                                    rec.next_attempt_ms, rec.id)
-        advance(rec, OpStatus.FAILED).ended_ms = self._clock_ms()
+        advance(rec, OpStatus.FAILED).ended_ms = self._ops.clock_ms()
         await inv.save(rec, *started, inv.event("StepFailed", rec, {
             "Error": error_payload(err), "RetryDetails": {"CurrentAttempt": attempt}}))
         raise StepError.from_error_object(err)
@@ -455,15 +255,15 @@ class DurableContext:
         seconds = duration.seconds if isinstance(duration, Duration) else duration
         if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 1:
             raise ValidationError(f"wait() needs a Duration of at least 1 second, not {duration!r}")
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.WAIT, "Wait", name)
+        op_id = self._ops.next_id()
+        rec = self._ops.lookup(op_id, OpType.WAIT, "Wait", name)
         if rec is None:
-            end = self._clock_ms() + seconds * 1000
-            rec = self._new(op_id, OpType.WAIT, "Wait", name, scheduled_end_ms=end,
+            end = self._ops.clock_ms() + seconds * 1000
+            rec = self._ops.new(op_id, OpType.WAIT, "Wait", name, scheduled_end_ms=end,
                             duration_s=seconds)
             await self._inv.save(rec, self._inv.event("WaitStarted", rec, {
                 "Duration": seconds, "ScheduledEndTimestamp": iso(end)}))
-        self._replayed(rec, JSON_SERDES, DurableOperationError)
+        self._ops.replayed(rec, JSON_SERDES, DurableOperationError)
 
     # -- callbacks ------------------------------------------------------------------------
 
@@ -471,11 +271,11 @@ class DurableContext:
                               config: CallbackConfig | None = None) -> Callback:
         """A callback the outside completes by id (success, failure, heartbeat)."""
         cfg = config or CallbackConfig()
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.CALLBACK, "Callback", name)
+        op_id = self._ops.next_id()
+        rec = self._ops.lookup(op_id, OpType.CALLBACK, "Callback", name)
         if rec is None:
-            now = self._clock_ms()
-            rec = self._new(op_id, OpType.CALLBACK, "Callback", name,
+            now = self._ops.clock_ms()
+            rec = self._ops.new(op_id, OpType.CALLBACK, "Callback", name,
                             callback_id=encode_callback_id(self.execution_id, op_id))
             details: dict[str, Any] = {"CallbackId": rec.callback_id}
             if cfg.timeout.seconds:
@@ -488,7 +288,7 @@ class DurableContext:
                 details["HeartbeatTimeout"] = cfg.heartbeat_timeout.seconds
             await self._inv.save(rec, self._inv.event("CallbackStarted", rec, details))
         assert rec.callback_id is not None
-        return Callback(self, op_id, rec.callback_id, name, cfg.serdes or CALLBACK_SERDES)
+        return Callback(self._ops, op_id, rec.callback_id, name, cfg.serdes or CALLBACK_SERDES)
 
     async def wait_for_callback(self, submitter: Callable[[str], Any], name: str | None = None,
                                 config: WaitForCallbackConfig | None = None) -> Any:
@@ -522,44 +322,7 @@ class DurableContext:
 
     async def _child(self, fn: Callable[[DurableContext], Awaitable[Any]], name: str | None,
                      sub_type: str, serdes: SerDes) -> Any:
-        return await self._child_at(self._next_id(), fn, name, sub_type, serdes)
-
-    async def _child_at(self, op_id: str, fn: Callable[[DurableContext], Awaitable[Any]],
-                        name: str | None, sub_type: str, serdes: SerDes,
-                        parent_id: str | None = None) -> Any:
-        """A child context operation `op_id`: replayed whole once done, else (re)run.
-
-        `parent_id` overrides the record's parent (a batch branch names its batch)."""
-        inv = self._inv
-        rec = self._lookup(op_id, OpType.CONTEXT, sub_type, name)
-        if rec is not None and rec.status is OpStatus.SUCCEEDED and rec.extra.get(
-                "replay_children"):
-            # Too large to checkpoint: rebuilt by replaying the children's records.
-            return serdes.deserialize(serdes.serialize(await fn(DurableContext(inv, op_id))))
-        done, replayed = self._replayed(rec, serdes, ChildContextError)
-        if done:
-            return replayed
-        if rec is None:
-            rec = self._new(op_id, OpType.CONTEXT, sub_type, name, parent_id=parent_id)
-            await inv.save(rec, inv.event("ContextStarted", rec), wait=False)
-        try:
-            value = await fn(DurableContext(inv, op_id))
-        except Exception as exc:
-            err = error_object(exc)
-            advance(rec, OpStatus.FAILED)
-            rec.error, rec.ended_ms = err, self._clock_ms()
-            await inv.save(rec, inv.event("ContextFailed", rec, {"Error": error_payload(err)}))
-            raise ChildContextError.from_error_object(err) from None
-        text = serdes.serialize(value)
-        details: dict[str, Any] = {"Result": payload(text)}
-        advance(rec, OpStatus.SUCCEEDED)
-        rec.result, rec.ended_ms = text, self._clock_ms()
-        if len(text.encode()) > REPLAY_CHILDREN_BYTES:
-            # As in the AWS SDK: keep the log small, rebuild the result on replay.
-            rec.result, rec.extra = "", {**rec.extra, "replay_children": True}
-            details = {"Result": payload(""), "ReplayChildren": True}
-        await inv.save(rec, inv.event("ContextSucceeded", rec, details))
-        return serdes.deserialize(text)
+        return await self._ops.child_at(self._ops.next_id(), fn, name, sub_type, serdes)
 
     # -- parallel and map -----------------------------------------------------------------
 
@@ -573,7 +336,7 @@ class DurableContext:
         for i, f in enumerate(functions):
             bname, fn = f if isinstance(f, tuple) else (None, f)
             branches.append((bname or f"parallel-branch-{i}", fn))
-        return await run_batch(self, BatchSpec(
+        return await run_batch(self._ops, BatchSpec(
             "Parallel", "ParallelBranch", branches, cfg.completion_config, cfg.max_concurrency,
             cfg.nesting_type, cfg.serdes, cfg.item_serdes), name)
 
@@ -588,7 +351,7 @@ class DurableContext:
             return lambda c: fn(c, item, i, items)
 
         branches = [(namer(item, i), branch(i, item)) for i, item in enumerate(items)]
-        return await run_batch(self, BatchSpec(
+        return await run_batch(self._ops, BatchSpec(
             "Map", "MapIteration", branches, cfg.completion_config, cfg.max_concurrency,
             cfg.nesting_type, cfg.serdes, cfg.item_serdes), name)
 
@@ -604,8 +367,8 @@ class DurableContext:
         inv = self._inv
         cfg = config or InvokeConfig(tenant_id=tenant_id)
         tenant_id = tenant_id or cfg.tenant_id
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
+        op_id = self._ops.next_id()
+        rec = self._ops.lookup(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
         if rec is None:
             inv.frontier(op_id)
             assert inv.start_child is not None
@@ -615,7 +378,7 @@ class DurableContext:
             child_id = f"{self.execution_id}{redrive}.{op_id}"
             version = await inv.start_child(function_name, text, child_id,
                                             f"{self.execution_id}#{op_id}")
-            rec = self._new(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
+            rec = self._ops.new(op_id, OpType.CHAINED_INVOKE, "ChainedInvoke", name)
             rec.extra = {"child": child_id, "function": function_name}
             details: dict[str, Any] = {"FunctionName": function_name, "Input": payload(text),
                                        "ExecutedVersion": version,
@@ -623,7 +386,7 @@ class DurableContext:
             if tenant_id is not None:
                 details["TenantId"] = tenant_id
             await inv.save(rec, inv.event("ChainedInvokeStarted", rec, details))
-        _, value = self._replayed(rec, cfg.serdes_result or JSON_SERDES, InvokeError)
+        _, value = self._ops.replayed(rec, cfg.serdes_result or JSON_SERDES, InvokeError)
         return value
 
     # -- wait for condition ---------------------------------------------------------------
@@ -634,21 +397,21 @@ class DurableContext:
         """Poll `check(state) -> state` with durable delays until the strategy stops."""
         inv = self._inv
         serdes = config.serdes or JSON_SERDES
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.STEP, "WaitForCondition", name)
-        done, value = self._replayed(rec, serdes, WaitForConditionError)
+        op_id = self._ops.next_id()
+        rec = self._ops.lookup(op_id, OpType.STEP, "WaitForCondition", name)
+        done, value = self._ops.replayed(rec, serdes, WaitForConditionError)
         if done:
             return value
         if rec is not None:
             inv.frontier(op_id)
             state = config.initial_state if rec.result is None else serdes.deserialize(rec.result)
         else:
-            rec = self._new(op_id, OpType.STEP, "WaitForCondition", name)
+            rec = self._ops.new(op_id, OpType.STEP, "WaitForCondition", name)
             state = config.initial_state
         advance(rec, OpStatus.STARTED).attempt += 1
         await inv.save(rec, inv.event("StepStarted", rec), wait=False)
         hooks = inv.hooks
-        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._clock_ms()) \
+        told = execution_hooks.attempt_started(hooks, inv.execution_id, rec, self._ops.clock_ms()) \
             if hooks.on_user_function_start or hooks.on_user_function_end else None
         try:
             try:
@@ -657,15 +420,15 @@ class DurableContext:
                     value = await value
             except BaseException as exc:
                 if told is not None:
-                    execution_hooks.attempt_ended(hooks, told, self._clock_ms(), exc)
+                    execution_hooks.attempt_ended(hooks, told, self._ops.clock_ms(), exc)
                 raise
             if told is not None:
-                execution_hooks.attempt_ended(hooks, told, self._clock_ms(), None)
+                execution_hooks.attempt_ended(hooks, told, self._ops.clock_ms(), None)
             decision = decide_poll(config.wait_strategy, value, rec.attempt, inv.rng)
         except Exception as exc:
             err = error_object(exc)
             advance(rec, OpStatus.FAILED)
-            rec.error, rec.ended_ms = err, self._clock_ms()
+            rec.error, rec.ended_ms = err, self._ops.clock_ms()
             await inv.save(rec, inv.event("StepFailed", rec, {
                 "Error": error_payload(err), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
             raise WaitForConditionError.from_error_object(err) from None
@@ -673,34 +436,20 @@ class DurableContext:
         rec.result = text
         if decision.should_continue:
             delay = max(1, decision.delay.seconds)
-            advance(rec, OpStatus.PENDING).next_attempt_ms = self._clock_ms() + delay * 1000
+            advance(rec, OpStatus.PENDING).next_attempt_ms = self._ops.clock_ms() + delay * 1000
             await inv.save(rec, inv.event("StepSucceeded", rec, {
                 "Result": payload(text),
                 "RetryDetails": {"CurrentAttempt": rec.attempt,
                                  "NextAttemptDelaySeconds": delay}}))
             raise SuspendExecution(f"condition {name or op_id!r} polls again in {delay}s",
                                    rec.next_attempt_ms, op_id)
-        advance(rec, OpStatus.SUCCEEDED).ended_ms = self._clock_ms()
+        advance(rec, OpStatus.SUCCEEDED).ended_ms = self._ops.clock_ms()
         await inv.save(rec, inv.event("StepSucceeded", rec, {
             "Result": payload(text), "RetryDetails": {"CurrentAttempt": rec.attempt}}))
         return serdes.deserialize(text)
 
     # -- humans ---------------------------------------------------------------------------
 
-    async def _human_decision(self, name: str, error: DurableOperationError) -> dict[str, Any]:
-        """Suspend until an operator decides (retry, resolve, abort); returns the decision."""
-        inv = self._inv
-        op_id = self._next_id()
-        rec = self._lookup(op_id, OpType.CALLBACK, HUMAN, name)
-        if rec is None:
-            rec = self._new(op_id, OpType.CALLBACK, HUMAN, name,
-                            callback_id=encode_callback_id(self.execution_id, op_id),
-                            error=error.to_error_object())
-            await inv.save(rec, inv.event("CallbackStarted", rec, {
-                "CallbackId": rec.callback_id, "Reason": error.message}))
-        _, decision = self._replayed(rec, JSON_SERDES, DurableOperationError)
-        if not isinstance(decision, dict):
-            raise SuspendExecution(suspend_reason(rec), None, op_id)
-        if decision.get("action") == "abort":
-            raise ExecutionAborted(decision.get("reason") or "aborted by an operator")
-        return decision
+
+def _child_context(inv: Invocation, op_id: str, record_parent: str | None) -> DurableContext:
+    return DurableContext(inv, op_id, parent_for_records=record_parent)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.kernel.executions import execution_hooks
-from alarmtop.core.kernel.executions.context import DurableContext, Invocation
+from alarmtop.core.kernel.executions.context import DurableContext
+from alarmtop.core.kernel.executions.invocation import Invocation
 from alarmtop.core.kernel.executions.replay_check import replay_check
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject, ObjectContext
 from alarmtop.core.model import hook_info
@@ -281,15 +282,14 @@ class ExecutionObject(DurableObject):
         # whatever the invocation makes durable implies it (an at-most-once step awaits
         # its start before its body runs). A death before it lands leaves the log as if
         # the invocation never began, and the alarm, still pending, runs it again.
+        hooks = engine.hooks_of(rec.name, rec.version)
         inv = Invocation(rec, st.ops, st.next_event_id, engine.store, engine.clock,
-                         engine.faults, engine.rng, st.marks)
+                         engine.faults, engine.rng, st.marks, hooks=hooks,
+                         announce=engine.deliver_history, start_child=engine.start_child)
         self._chain = inv.chain
         begun = self._queue(st, changed, events, inv.chain)
-        hooks = inv.hooks = engine.hooks_of(rec.name, rec.version)
         if hooks.on_invocation_start or hooks.on_invocation_end:
             self._told = execution_hooks.invocation_started(hooks, rec, started)
-        inv.announce = engine.deliver_history
-        inv.start_child = engine.start_child
         outcome: tuple[ExecutionStatus, str | None, dict[str, Any] | None]
         # Why it suspended (None: it did not). The reason, not the exception: kept in
         # this frame, the exception and its traceback (which holds this frame) would

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.kernel.executions.context import current_step
+from alarmtop.core.kernel.executions.invocation import current_step
 from alarmtop.core.model.serialization import to_json
 
 if TYPE_CHECKING:

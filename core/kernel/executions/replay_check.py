@@ -16,7 +16,9 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.kernel.executions.context import DurableContext, Invocation
+from alarmtop.core.kernel.executions.context import DurableContext
+from alarmtop.core.kernel.executions.invocation import Invocation
+from alarmtop.core.model.divergence import Divergence
 from alarmtop.core.model.execution_errors import (
     ExecutionAborted,
     NonDeterministicExecutionError,
@@ -24,7 +26,7 @@ from alarmtop.core.model.execution_errors import (
     SuspendExecution,
 )
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
-from alarmtop.core.model.replay import Divergence, position, shape_of
+from alarmtop.core.model.replay import position, shape_of
 
 if TYPE_CHECKING:
     from alarmtop.core.kernel.executions.functions import DurableFunction

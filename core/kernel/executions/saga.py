@@ -13,13 +13,18 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from alarmtop.core.kernel.executions.scope import OperationScope
 from alarmtop.core.model.execution_config import Duration, RetryPresets, StepConfig
 from alarmtop.core.model.execution_errors import StepError, ValidationError
 
-if TYPE_CHECKING:
-    from alarmtop.core.kernel.executions.context import DurableContext
+
+class StepRunner(Protocol):
+    """What a saga runs its compensations with: the context's own `step`."""
+
+    async def step(self, fn: Callable[..., Any], *args: Any, name: str | None = None,
+                   config: StepConfig | None = None) -> Any: ...
 
 # Compensations retry 3 attempts, 1 s apart, before a human is asked.
 COMPENSATION_CONFIG = StepConfig(retry_strategy=RetryPresets.fixed(Duration(1), max_attempts=3))
@@ -57,7 +62,8 @@ class SagaEntry:
 
 @dataclass
 class Saga:
-    ctx: DurableContext
+    ctx: StepRunner
+    scope: OperationScope  # the context's operations (a failed compensation asks a human)
     entries: list[SagaEntry] = field(default_factory=list)
     pivoted: bool = False
     compensating: bool = False
@@ -92,7 +98,7 @@ class Saga:
                                     config=COMPENSATION_CONFIG)
             except StepError as exc:
                 entry.state, entry.error = EntryState.FAILED, exc.message
-                decision = await self.ctx._human_decision(f"compensate_{entry.name}", exc)
+                decision = await self.scope.human_decision(f"compensate_{entry.name}", exc)
                 if decision.get("action") == "retry":
                     entry.rounds += 1
                     continue
