@@ -459,10 +459,10 @@ async def test_alarm_whose_start_could_not_be_recorded_fires_once_space_is_back(
     real = db._apply  # type: ignore[attr-defined]
     full = {"on": True}
 
-    def apply(final: Any, extras: Any = ()) -> None:
+    def apply(batch: Any) -> None:
         if full["on"]:
             raise disk_full_error()
-        real(final, extras)
+        real(batch)
 
     monkeypatch.setattr(db, "_apply", apply)
     await clock.advance(1)  # the attempt's start cannot be recorded (logged, not raised)

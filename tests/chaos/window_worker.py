@@ -107,8 +107,8 @@ async def die(data: Path, case: str) -> None:
     before = await rt.executions.engine.store.max_event_id(EID)
     real_apply = db._apply  # type: ignore[attr-defined]
 
-    def apply(final: Any, extras: Any = ()) -> None:
-        real_apply(final, extras)  # committed (on the database thread)
+    def apply(batch: Any) -> None:
+        real_apply(batch)  # committed (on the database thread)
         row = db.conn.execute(  # type: ignore[attr-defined]
             "SELECT max(event_id) FROM history WHERE execution_id = ?", (EID,)).fetchone()
         if (row[0] or 0) > before:

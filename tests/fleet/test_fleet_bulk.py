@@ -400,7 +400,7 @@ async def test_a_write_for_a_batch_another_node_took_keeps_nothing(node: NodeFac
     """The batch fence, directly: once b has taken a's batch, a's item write and a's end
     of it are refused in their transaction (no item, count or audit row kept); a late
     "cancelling" mark never reopens a batch that has ended."""
-    from alarmtop.core.storage.operator_rows import ItemOutcome
+    from alarmtop.core.model.bulk_items import ItemOutcome
     a = await node("a")
     b = await node("b")
     row = {"id": "b-fenced", "action": "rearm", "kind": "alarms", "status": "running",

@@ -94,11 +94,11 @@ async def test_a_call_to_a_node_not_yet_running_waits_for_it(node: NodeFactory) 
     b = await node("b", Held)
     await balance(a, b)
     name = name_on(b, "Held")
-    b.running = False  # as between listening and running, while b starts
+    b._state.running = False  # as between listening and running, while b starts
     call = asyncio.ensure_future(a.get("Held", name).add(1))
     await asyncio.sleep(0.3)
     assert not call.done()  # nothing ran on b; a asks again
-    b.running = True
+    b._state.running = True
     assert await asyncio.wait_for(call, 10) == 1
 
 
@@ -171,8 +171,8 @@ async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_o
         return sorted(shards), [-1] * len(shards), backend.node_id
 
     # Refused both ways a write is fenced: in a transaction, and inside one statement.
-    monkeypatch.setattr(backend._index, "fence", moved)
-    monkeypatch.setattr(backend._index, "fence_rows", not_held)
+    monkeypatch.setattr(backend.database, "fence", moved)
+    monkeypatch.setattr(backend.database, "fence_rows", not_held)
     await asyncio.wait_for(a.scheduler.reload(), 10)  # no LeaseLost out of it
     monkeypatch.undo()
     left = await rows.get(("Held", name))

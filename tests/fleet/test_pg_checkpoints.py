@@ -158,20 +158,20 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
         node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """`counters()` counts every write whose future has completed: when the read after
     a write fails, the next batch reads again, even one of plain checkpoints."""
-    from alarmtop.core.storage.postgres import database
+    from alarmtop.core.storage.postgres import reads
     a = await node("a")
     a.register_execution(waits)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
     await suspended(a, eid, clock)
     store, db, rows = backend_of(a).execution_log, a.backend.database, a.backend.alarm_rows
-    real, fail = database.R.parse_counters, [1]
+    real, fail = reads.parse_counters, [1]
 
     def parse(rows: Any) -> Any:
         if fail[0]:
             fail[0] -= 1
             raise RuntimeError("statement timeout (simulated)")
         return real(rows)
-    monkeypatch.setattr(database.R, "parse_counters", parse)
+    monkeypatch.setattr(reads, "parse_counters", parse)
     dead = rows.counters().alarms.get("dead", 0)
     await db.write([AlarmRecord("Counter", name_on(a, prefix="d"), 1, AlarmState.DEAD, 6,
                                  None, "x")])
@@ -179,12 +179,6 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
     await store.checkpoint(eid, None, [step(1)], [])
     assert rows.counters().alarms.get("dead", 0) == dead + 1
 
-
-def test_the_fence_names_the_execution_class_the_engine_uses() -> None:
-    """The PostgreSQL store names an execution's object without importing the engine;
-    a renamed class would fence every checkpoint by the wrong shard."""
-    from alarmtop.core.storage.postgres.execution_log import EXECUTION_OBJECTS
-    assert EXECUTION_OBJECTS == EXECUTION_CLASS
 
 
 # -- a whole batch as one statement: an execution's start and end, alarm rows alone ----
