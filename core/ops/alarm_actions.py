@@ -13,7 +13,7 @@ from alarmtop.core.kernel.objects.classes import ObjectClasses
 from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.run_state import RunState
-from alarmtop.core.model import alarm_policy
+from alarmtop.core.model import alarm_pause, alarm_policy
 from alarmtop.core.model.alarm_pause import check_snooze
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
 from alarmtop.core.model.alarm_status import AlarmStatus
@@ -110,12 +110,16 @@ class AlarmActions:
         """Apply the action on this node (it holds the alarm's shard)."""
         if action in HELD_ACTIONS:
             return await self._held(cls, name, action, reason, by_ms)
-        sched = self._scheduler
+        sched, clock = self._scheduler, self._clock
         if action == "re-arm":
-            at = self._clock.now_ms() if at_ms is None else at_ms
-            return await self._apply(cls, name, action, lambda rec: sched.rearm(rec, at))
+            at = clock.now_ms() if at_ms is None else at_ms
+            return await self._apply(cls, name, action, lambda rec: sched.commit(
+                rec.key, alarm_policy.rearm(rec, at)))
         if action == "fire":
-            return await self._apply(cls, name, action, sched.fire_now)
+            async def fire(rec: AlarmRecord) -> AlarmRecord | None:
+                alarm_pause.refuse_fire_now(rec)
+                return await sched.commit(rec.key, alarm_policy.fire_now(rec, clock.now_ms()))
+            return await self._apply(cls, name, action, fire)
         if action == "clear":
             async def clear(rec: AlarmRecord) -> None:
                 if rec.state is not AlarmState.DEAD:
@@ -163,11 +167,14 @@ class AlarmActions:
             rec = await sched.lookup(key)
             if rec is None:
                 raise NoAlarm(*key, action)
+            now = self._clock.now_ms()
             if action == "pause":
-                new = await sched.pause(rec, reason)
+                new = await sched.commit(key, alarm_pause.pause(rec, now, reason))
             elif action == "resume":
-                new = await sched.resume(rec, reason)
+                tr = alarm_pause.resume(rec, now, reason)
+                new = await (sched.lookup(key) if tr is None else
+                             sched.commit(key, tr, resume=True))
             else:
                 assert by_ms is not None
-                new = await sched.snooze(rec, by_ms, reason)
+                new = await sched.commit(key, alarm_pause.snooze(rec, now, by_ms, reason))
         return self.status(new if new is not None else rec)

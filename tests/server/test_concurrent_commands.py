@@ -156,13 +156,13 @@ async def test_a_command_past_its_deadline_is_left_to_finish_and_says_so(
     server = await serve(rt, command_timeout_s=DEADLINE_S)
     c = await client(server.url, OPERATOR)
     release = asyncio.Event()
-    real = rt.scheduler.rearm
+    real = rt.scheduler.commit
 
-    async def held_rearm(rec: Any, at_ms: int) -> Any:
+    async def held_commit(key: Any, tr: Any, **more: Any) -> Any:
         await release.wait()
-        return await real(rec, at_ms)
+        return await real(key, tr, **more)
 
-    monkeypatch.setattr(rt.scheduler, "rearm", held_rearm)
+    monkeypatch.setattr(rt.scheduler, "commit", held_commit)
     at = clock.now_ms() + 60_000
     started = time.monotonic()
     res = await c.request("rearm", object="Quiet/slow", at_ms=at, reason="slow disk")

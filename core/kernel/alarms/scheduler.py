@@ -542,29 +542,6 @@ class AlarmScheduler:
         """Whether a popped alarm was left alone while it waited for its object."""
         return self.window.records.get(rec.key) is rec
 
-    # -- operator actions -----------------------------------------------------------------
-
-    async def rearm(self, rec: AlarmRecord, at_ms: int) -> AlarmRecord | None:
-        return await self.commit(rec.key, alarm_policy.rearm(rec, at_ms))
-
-    async def fire_now(self, rec: AlarmRecord) -> AlarmRecord | None:
-        alarm_pause.refuse_fire_now(rec)
-        return await self.commit(rec.key, alarm_policy.fire_now(rec, self._clock.now_ms()))
-
-    async def pause(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
-        return await self.commit(rec.key, alarm_pause.pause(rec, self._clock.now_ms(), reason))
-
-    async def resume(self, rec: AlarmRecord, reason: str | None = None) -> AlarmRecord | None:
-        tr = alarm_pause.resume(rec, self._clock.now_ms(), reason)
-        if tr is None:
-            return await self.lookup(rec.key)
-        return await self.commit(rec.key, tr, resume=True)
-
-    async def snooze(self, rec: AlarmRecord, by_ms: int,
-                     reason: str | None = None) -> AlarmRecord | None:
-        return await self.commit(rec.key, alarm_pause.snooze(rec, self._clock.now_ms(), by_ms,
-                                                       reason))
-
     # -- the sweeper ----------------------------------------------------------------------
 
     async def _sweep_loop(self) -> None:

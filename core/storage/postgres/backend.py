@@ -11,14 +11,12 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
 import secrets
 import socket
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +27,10 @@ from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
+from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
-from alarmtop.core.storage.postgres.schema import MIGRATIONS, SCHEMA, statements
+from alarmtop.core.storage.postgres.schema import SCHEMA, check_shards, cluster_secret, migrate
 
 if TYPE_CHECKING:
     import asyncpg
@@ -59,31 +58,6 @@ _CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
 # A shard held with the epoch this node holds it by ($2 the shards, $3 their epochs):
 # a release never touches a lease another process took under the same node id.
 _HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))"
-PROBE_S = 1.0  # how long a start waits for a node that may still run under its id
-MAX_NODE_ID = 100
-
-
-def _good_node_id(node_id: object) -> bool:
-    return isinstance(node_id, str) and 0 < len(node_id) <= MAX_NODE_ID and \
-        node_id.isprintable() and not any(c.isspace() for c in node_id)
-
-
-async def _answers(address: str) -> bool:
-    """Whether something accepts connections at a node's recorded address."""
-    parts = urllib.parse.urlsplit(address)
-    if not parts.hostname or not parts.port:
-        return False
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(parts.hostname, parts.port),
-                                           PROBE_S)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(Exception):
-        await writer.wait_closed()
-    return True
-
-
 def wall_ms() -> int:
     """Leases are between processes, so they run on the wall clock (not the runtime's
     clock, which may be a test's virtual one)."""
@@ -144,7 +118,7 @@ class PostgresBackend:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
             raise InvalidArgument(f"lease_s must be a positive number of seconds, not {lease_s!r}")
-        if node_id is not None and not _good_node_id(node_id):
+        if node_id is not None and not good_node_id(node_id):
             raise InvalidArgument(
                 f"a node id is 1 to {MAX_NODE_ID} printable characters without spaces "
                 f"(it names the node in logs, the console and the database), not "
@@ -240,10 +214,11 @@ class PostgresBackend:
                                "server runs, and the password (PGPASSFILE)") from exc
         try:
             async with self._pool.acquire() as conn:
-                await self._migrate(conn)
-                await self._check_shards(conn)
-                self.cluster_secret = await self._secret(conn)
-                await self._check_node_id(conn)
+                await migrate(conn)
+                await check_shards(conn, self.shards)
+                self.cluster_secret = await cluster_secret(conn)
+                await check_node_id(conn, self.node_id, self.incarnation, self.address,
+                                    self.lease_ms, wall_ms())
             await self.keep_leases_once()
             await self._db.open()
         except BaseException:
@@ -322,50 +297,6 @@ class PostgresBackend:
         return await self._alarm_rows.list_objects(limit, offset, contains)
 
     # -- schema and shards ----------------------------------------------------------------
-
-    async def _migrate(self, conn: PgConn) -> None:
-        async with conn.transaction():
-            # One node migrates at a time; the others wait here, then find it done.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('alarmtop-migrate'))")
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
-            await conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta "
-                               "(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            version = int(await conn.fetchval(
-                f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema'") or 0)
-            if version > len(MIGRATIONS):
-                raise StorageError(f"the database's alarmtop schema is version {version}, newer "
-                                   f"than this alarmtop knows ({len(MIGRATIONS)}); upgrade "
-                                   "alarmtop on this node", "postgresql")
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                for stmt in statements(script):
-                    await conn.execute(stmt)
-                await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('schema', $1) "
-                                   "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                                   str(number))
-
-    async def _check_shards(self, conn: PgConn) -> None:
-        async with conn.transaction():
-            stored = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
-            if stored is None:
-                await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('shards', $1) "
-                                   "ON CONFLICT DO NOTHING", str(self.shards))
-                await conn.executemany(f"INSERT INTO {SCHEMA}.shards (shard) VALUES ($1) "
-                                       "ON CONFLICT DO NOTHING",
-                                       [(i,) for i in range(self.shards)])
-                stored = await conn.fetchval(
-                    f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
-        if int(stored) != self.shards:
-            raise InvalidArgument(f"this database was set up with {stored} shards; this node was "
-                                  f"started with {self.shards}: start it with shards={stored} "
-                                  "(the shard count of a fleet cannot change)")
-
-    async def _secret(self, conn: PgConn) -> str:
-        """The cluster's secret for node-to-node calls, made by the first node."""
-        await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('cluster_secret', $1) "
-                           "ON CONFLICT DO NOTHING", secrets.token_urlsafe(32))
-        value: str = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = "
-                                         "'cluster_secret'")
-        return value
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -469,26 +400,6 @@ class PostgresBackend:
         self.epochs, self._valid_until = {}, {}
         if lost:
             self._changed(set(), lost)
-
-    async def _check_node_id(self, conn: PgConn) -> None:
-        """Refuse to start as a node another running process is: one that renewed the
-        node's row within a lease and still answers at the address it recorded. A node
-        that crashed and restarts at once finds nothing listening there, and goes on
-        as itself (its shards free to take at once)."""
-        row = await conn.fetchrow(f"SELECT address, renewed_ms, stopped_ms, incarnation FROM "
-                                  f"{SCHEMA}.nodes WHERE node_id = $1", self.node_id)
-        if row is None or row[2] is not None or row[3] == self.incarnation:
-            return
-        age_ms = wall_ms() - int(row[1])
-        address = row[0]
-        if age_ms >= self.lease_ms or not address or address == self.address:
-            return  # gone for a lease, or its port is this process's own now
-        if await _answers(address):
-            raise InvalidArgument(
-                f"node id {self.node_id!r} is in use: a node by that name renewed its "
-                f"leases {max(age_ms, 0) / 1000:.1f} s ago and answers at {address}. Give "
-                "this node a node id of its own (alarmtop serve --node-id, or "
-                "PostgresBackend(node_id=...)), or stop that one first")
 
     def _changed(self, gained: set[int], lost: set[int]) -> None:
         if self._on_change is not None:

@@ -8,6 +8,14 @@ Epoch milliseconds are BIGINT. Never edit a released entry: append one.
 
 from __future__ import annotations
 
+import secrets
+from typing import TYPE_CHECKING
+
+from alarmtop.core.model.errors import InvalidArgument, StorageError
+
+if TYPE_CHECKING:
+    from alarmtop.core.storage.postgres.database import PgConn
+
 SCHEMA = "alarmtop"
 
 MIGRATIONS: list[str] = [
@@ -396,3 +404,52 @@ def statements(script: str) -> list[str]:
         i += 1
     out.append(script[start:])
     return [s.strip() for s in out if s.strip()]
+
+
+async def migrate(conn: PgConn) -> None:
+    """Bring alarmtop's schema up to date (one node at a time)."""
+    async with conn.transaction():
+        # One node migrates at a time; the others wait here, then find it done.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('alarmtop-migrate'))")
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        await conn.execute(f"CREATE TABLE IF NOT EXISTS {SCHEMA}.meta "
+                           "(key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        version = int(await conn.fetchval(
+            f"SELECT value FROM {SCHEMA}.meta WHERE key = 'schema'") or 0)
+        if version > len(MIGRATIONS):
+            raise StorageError(f"the database's alarmtop schema is version {version}, newer "
+                               f"than this alarmtop knows ({len(MIGRATIONS)}); upgrade "
+                               "alarmtop on this node", "postgresql")
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            for stmt in statements(script):
+                await conn.execute(stmt)
+            await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('schema', $1) "
+                               "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                               str(number))
+
+
+async def check_shards(conn: PgConn, shards: int) -> None:
+    """Record the shard count at first start; refuse a node started with another."""
+    async with conn.transaction():
+        stored = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
+        if stored is None:
+            await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('shards', $1) "
+                               "ON CONFLICT DO NOTHING", str(shards))
+            await conn.executemany(f"INSERT INTO {SCHEMA}.shards (shard) VALUES ($1) "
+                                   "ON CONFLICT DO NOTHING",
+                                   [(i,) for i in range(shards)])
+            stored = await conn.fetchval(
+                f"SELECT value FROM {SCHEMA}.meta WHERE key = 'shards'")
+    if int(stored) != shards:
+        raise InvalidArgument(f"this database was set up with {stored} shards; this node was "
+                              f"started with {shards}: start it with shards={stored} "
+                              "(the shard count of a fleet cannot change)")
+
+
+async def cluster_secret(conn: PgConn) -> str:
+    """The cluster's secret for node-to-node calls, made by the first node."""
+    await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('cluster_secret', $1) "
+                       "ON CONFLICT DO NOTHING", secrets.token_urlsafe(32))
+    value: str = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = "
+                                     "'cluster_secret'")
+    return value
