@@ -147,7 +147,7 @@ def demo_data(data_dir: Path | None) -> Iterator[tuple[Path, Callable[[], None] 
         yield Path(tmp), functools.partial(shutil.rmtree, tmp, ignore_errors=True)
 
 
-async def _stop_driver(driver: asyncio.Task[None]) -> None:
+async def stop_driver(driver: asyncio.Task[None]) -> None:
     """Cancel the demo's driver without waiting on it beyond a bound (it may be in a
     call on a stuck object; the runtime's stop deals with that)."""
     from alarmtop.server.serve import SERVER_GRACE_S
@@ -171,7 +171,7 @@ async def _run_demo(data_dir: Path, duration: float | None,
     except TimeoutError:
         pass
     finally:
-        await _stop_driver(driver)
+        await stop_driver(driver)
         await rt.stop(RUNTIME_GRACE_S)
         if rt.abandoned:
             leave_now(0, abandoned=True, cleanup=cleanup)
@@ -248,7 +248,7 @@ async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
             for sig in (signal.SIGINT, signal.SIGTERM):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
-            await _stop_driver(driver)
+            await stop_driver(driver)
     if rt.abandoned or server.abandoned:
         # A task ignored its cancellation: the loop's close would wait for it forever.
         leave_now(0, abandoned=True, cleanup=cleanup)
@@ -276,15 +276,15 @@ def _console(url: str, token_file: Path | None, token: str | None, read_only: bo
         url = check_url(url)
         token = console_token(token_file, token)
     except UsageError as exc:
-        return _fail(exc, 2)
+        return fail(exc, 2)
     try:
         asyncio.run(probe(url, token))
     except CommandError as exc:
-        return _fail(f"{url} refused the token ({exc}): check --token-file or "
+        return fail(f"{url} refused the token ({exc}): check --token-file or "
                      "ALARMTOP_*_TOKEN; `alarmtop serve` printed its tokens when it made them "
                      "and keeps them under its data dir", 1)
     except Disconnected as exc:
-        return _fail(f"cannot connect to {url}: {exc.reason}", 1)
+        return fail(f"cannot connect to {url}: {exc.reason}", 1)
     target = url.split("://", 1)[-1].split("/", 1)[0]
     app = AlarmtopApp(WebSocketOpsClient(url, token), target=target, read_only=read_only,
                       confirm_actions=confirm)
@@ -293,7 +293,7 @@ def _console(url: str, token_file: Path | None, token: str | None, read_only: bo
     return 1 if app.state.status.startswith("refused") else 0
 
 
-def _fail(message: object, code: int, prog: str = "alarmtop") -> int:
+def fail(message: object, code: int, prog: str = "alarmtop") -> int:
     print(f"{prog}: {message}", file=sys.stderr)
     return code
 
@@ -390,7 +390,7 @@ def serve_main(argv: list[str]) -> int:
             raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
                              "ALARMTOP_POSTGRES_DSN) too")
     except (ValueError, ServeError, AlarmtopError) as exc:  # TokenFileError: a ValueError
-        return _fail(exc, 2, prog)
+        return fail(exc, 2, prog)
     if args.demo:
         from alarmtop.examples.demo import build_demo_runtime
         factory = build_demo_runtime
@@ -411,9 +411,9 @@ def serve_main(argv: list[str]) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(run())
     except (ServeError, AlarmtopError, ValueError) as exc:  # TokenFileError is a ValueError
-        code = _fail(exc, 1, prog)
+        code = fail(exc, 1, prog)
     except OSError as exc:  # the data dir, say, changed under us
-        code = _fail(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
+        code = fail(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}",
                      1, prog)
     else:
         code = 0
@@ -438,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check_data_dir(args.data_dir)
         except ServeError as exc:
-            return _fail(exc, 2)
+            return fail(exc, 2)
     code = 0
     with demo_data(args.data_dir) as (data_dir, cleanup):
         try:
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                     logger.removeHandler(quiet)
                     logger.propagate = propagated
         except AlarmtopError as exc:  # the descriptor budget, say
-            code = _fail(exc, 1)
+            code = fail(exc, 1)
     leave_now(code)  # after the temporary data is removed
     return code
 

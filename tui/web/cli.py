@@ -23,7 +23,7 @@ import secrets
 import signal
 from pathlib import Path
 
-from alarmtop.tui.cli import Parser, UsageError, _fail, check_url, demo_data, port_number
+from alarmtop.tui.cli import Parser, UsageError, check_url, demo_data, fail, port_number
 
 PROG = "alarmtop web"
 DEFAULT_PORT = 8766
@@ -119,7 +119,7 @@ async def serve_demo(data_dir: Path, port: int, args: argparse.Namespace) -> Non
     `data_dir` for the login, and the web console on it."""
     from alarmtop.examples.demo import build_demo_runtime, drive_demo
     from alarmtop.server.auth import Tokens, save_tokens, token_path
-    from alarmtop.tui.cli import _stop_driver, embedded
+    from alarmtop.tui.cli import embedded, stop_driver
 
     rt = build_demo_runtime(data_dir)
     tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
@@ -130,7 +130,7 @@ async def serve_demo(data_dir: Path, port: int, args: argparse.Namespace) -> Non
             await serve_web(server.url, f"demo@127.0.0.1:{server.port}", port, args,
                             f": the operator's is in {token_path(data_dir, 'operator')}")
         finally:
-            await _stop_driver(driver)
+            await stop_driver(driver)
 
 
 def web_main(argv: list[str]) -> int:
@@ -138,7 +138,7 @@ def web_main(argv: list[str]) -> int:
     try:
         import textual_serve  # noqa: F401
     except ImportError:
-        return _fail(NEEDS_EXTRA, 1, PROG)
+        return fail(NEEDS_EXTRA, 1, PROG)
     from alarmtop.core.model.errors import AlarmtopError
     from alarmtop.server.serve import ServeError, check_data_dir
 
@@ -148,7 +148,7 @@ def web_main(argv: list[str]) -> int:
             check_data_dir(args.data_dir)
         url = None if args.demo else check_url(args.url)
     except (UsageError, ServeError) as exc:
-        return _fail(exc, 2, PROG)
+        return fail(exc, 2, PROG)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             if url is not None:
@@ -159,5 +159,5 @@ def web_main(argv: list[str]) -> int:
                 with demo_data(args.data_dir) as (data_dir, _):
                     asyncio.run(serve_demo(data_dir, args.port, args))
     except (WebError, AlarmtopError) as exc:
-        return _fail(exc, 1, PROG)
+        return fail(exc, 1, PROG)
     return 0

@@ -40,6 +40,7 @@ from alarmtop.core.model.errors import (
 )
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
+from alarmtop.core.storage.sqlite.compat import daemon_connection
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S
 from alarmtop.core.storage.sqlite.errors import is_corruption, is_disk_full, sqlite_code
 from alarmtop.core.storage.sqlite.files import create_private, fsync_dir, make_dirs
@@ -133,19 +134,6 @@ async def _close_quietly(conn: aiosqlite.Connection | None) -> None:
         conn.stop()  # at least end its thread
 
 
-def _connection(path: Path, busy_timeout_s: float) -> aiosqlite.Connection:
-    """An aiosqlite connection whose thread never holds the interpreter open.
-
-    aiosqlite runs each connection on a non-daemon thread, so a script that raises
-    after `runtime.start()` without `stop()` would never exit. A daemon thread
-    dies with the process exactly as a crash would stop it, which the runtime
-    recovers from. (aiosqlite has no option for this; the thread is set before it
-    starts, the one reach into aiosqlite, tested in tests/core/test_exit.py.)"""
-    conn = aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout_s)
-    conn._thread.daemon = True
-    return conn
-
-
 async def _read_intent(conn: aiosqlite.Connection) -> tuple[int, int | None] | None:
     try:
         rows = list(await conn.execute_fetchall("SELECT gen, at_ms FROM _alarmtop_alarm"))
@@ -188,7 +176,7 @@ class SqliteObjectStore:
             created = await asyncio.to_thread(_prepare, path, quarantine, key, create, intent)
             if created is None:
                 return None
-            conn = _connection(path, busy_timeout_s)
+            conn = daemon_connection(path, busy_timeout_s)
             await conn  # starts its thread and connects
             conn.row_factory = sqlite3.Row
             await conn.execute("PRAGMA journal_mode=WAL")

@@ -1,0 +1,194 @@
+"""Core by role, checked: what `lint-imports` cannot say about the code's shape.
+
+`make lint` runs the import contracts (pyproject.toml, [tool.importlinter]): core's
+rooms import downward, the backends know nothing of each other, the model is pure,
+server/ and the console go through the ops door. These tests hold the rest, read
+from the source as text (nothing is imported or run):
+
+- no import cycle between any two modules of core, counting imports inside
+  functions and under TYPE_CHECKING;
+- no module reaches another module's private names (`other._name`, or
+  `from ... import _name`), in core/, server/ or tui/; the reaches into third-party
+  internals that cannot be avoided live in one `compat.py` each, with their tests;
+- the composition root stays a composition root (`runtime.py` at most 400 lines),
+  no core module passes 600 lines;
+- the pure room holds at least five modules;
+- no one- or two-letter aliases of project modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = ROOT / "core"
+COMPAT = {ROOT / "tui" / "compat.py", CORE / "storage" / "sqlite" / "compat.py"}
+# Names with a leading underscore that are public API (namedtuple's, os._exit).
+PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_exit", "_field_defaults"}
+IMPURE = {"asyncio", "threading", "concurrent", "socket", "sqlite3", "aiosqlite", "asyncpg",
+          "websockets", "selectors", "subprocess"}
+
+
+def sources(*folders: Path) -> Iterator[Path]:
+    for folder in folders:
+        yield from sorted(folder.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(CORE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["alarmtop.core", *parts])
+
+
+def core_imports() -> dict[str, set[str]]:
+    """Each core module's imports of other core modules: every kind, wherever it is."""
+    modules = {module_name(p): p for p in sources(CORE)}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and \
+                    node.module.startswith("alarmtop.core"):
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    target = target if target in modules else node.module
+                    if target in modules and target != name:
+                        edges[name].add(target)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules and alias.name != name:
+                        edges[name].add(alias.name)
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def own_private_names(source: str, tree: ast.AST) -> set[str]:
+    """The private names a file defines itself (attributes set on self or cls, methods,
+    classes, module names, slots): reaching them from inside the file is no reach."""
+    names = set(re.findall(r"(?:self|cls)\.(_[A-Za-z0-9_]+)\s*[:=]", source))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names.add(node.value)  # __slots__ entries
+    return {n for n in names if n.startswith("_")}
+
+
+def private_reaches(path: Path) -> list[str]:
+    source = path.read_text()
+    tree = ast.parse(source)
+    own = own_private_names(source, tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            value = node.value
+            if isinstance(value, ast.Name) and value.id in ("self", "cls"):
+                continue
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                    value.func.id == "super":
+                continue
+            if node.attr in PUBLIC_UNDERSCORE or node.attr in own:
+                continue
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(value)}"
+                         f".{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("alarmtop"):
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: import {a.name}"
+                      for a in node.names if a.name.startswith("_")]
+    return found
+
+
+def test_no_two_core_modules_import_each_other_even_indirectly() -> None:
+    assert cycles(core_imports()) == []
+
+
+def test_the_checks_see_a_cycle_and_a_reach_when_there_is_one(tmp_path: Path) -> None:
+    """The checks themselves, on made-up input: they would fail if the code had one."""
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    file = ROOT / "tests" / "architecture" / "_reach_sample.py"
+    file.write_text("def f(other):\n    return other._secret, other._replace()\n")
+    try:
+        assert [r.split(": ")[1] for r in private_reaches(file)] == ["other._secret"]
+    finally:
+        file.unlink()
+
+
+@pytest.mark.parametrize("folder", ["core", "server", "tui"])
+def test_no_module_reaches_another_modules_private_names(folder: str) -> None:
+    reaches = [r for p in sources(ROOT / folder) if p not in COMPAT
+               for r in private_reaches(p)]
+    assert reaches == []
+
+
+def test_runtime_only_builds_wires_and_forwards() -> None:
+    lines = len((CORE / "runtime.py").read_text().splitlines())
+    assert lines <= 400, f"runtime.py has {lines} lines; what is not wiring belongs in a room"
+
+
+def test_no_core_module_is_over_600_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in sources(CORE)
+            if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
+
+
+def test_the_pure_room_is_a_room_and_imports_no_io() -> None:
+    modules = [p for p in sources(CORE / "model") if p.name != "__init__.py"]
+    assert len(modules) >= 5
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            bad = [n for n in names if n.split(".")[0] in IMPURE]
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+def test_no_one_or_two_letter_aliases_of_project_modules() -> None:
+    alias = re.compile(r"^\s*from alarmtop[\w.]* import \w+ as (\w{1,2})\b", re.M)
+    found = [f"{p.relative_to(ROOT)}: {m}" for p in sources(CORE, ROOT / "server",
+                                                           ROOT / "tui", ROOT / "tests")
+             for m in alias.findall(p.read_text())]
+    assert found == []
