@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from alarmtop.core.kernel.events import Event, EventBus
+from alarmtop.core.kernel.supervisor import Supervisor
 
 RING = 20_000
 IDLE_S = 30.0  # the ring stops listening this long after its last pull
@@ -86,18 +87,18 @@ class FleetEvents:
         self._after: dict[str, int] = {}
         self._got: list[Event] = []
         self.missed = 0
+        self._tasks = Supervisor(None, "fleet events")  # the puller, while it runs
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(),
-                                                                name="fleet-events")
+            self._tasks.reopen()
+            self._task = self._tasks.spawn(self._run(), name="fleet-events")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if self._task is not None:
+            self._task = None
+            await self._tasks.close()
 
     def drain(self) -> list[Event]:
         got, self._got = self._got, []

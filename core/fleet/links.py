@@ -28,6 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from alarmtop.core.kernel.supervisor import Supervisor
 from alarmtop.core.model.errors import (
     DiskFull,
     InvalidArgument,
@@ -248,6 +249,7 @@ class NodeClient:
         self._conn: Any = None
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count(1)
+        self._tasks = Supervisor(None, f"link to {address}")  # its connection's reader
         self._reader: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         # Socket ref -> (the connection it was opened on, who takes its frames).
@@ -275,7 +277,8 @@ class NodeClient:
                     raise PeerDown(f"the node at {self.address} went away as it was "
                                    f"reached ({exc})") from exc
                 self._conn = conn
-                self._reader = asyncio.get_running_loop().create_task(self._read(conn))
+                self._reader = self._tasks.spawn(self._read(conn), name="node-link-reader",
+                                                 report=False)
         return self._conn
 
     async def _read(self, conn: Any) -> None:
@@ -374,6 +377,6 @@ class NodeClient:
         if conn is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), 1.0)
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+        self._reader = None
+        await self._tasks.close()
+        self._tasks.reopen()  # a link is made again on the next call

@@ -1,11 +1,13 @@
-"""Time for the runtime: a `Clock` protocol, the wall clock and a virtual clock.
+"""Time for the runtime: the wall clock and a virtual clock (`ports.Clock`), and time
+limits on a clock.
 
-Every timer in the runtime goes through a clock so that tests can jump through
-hours of retries in milliseconds. The virtual clock also knows when the runtime
-is *idle* through its `BusyTracker` (see `alarmtop.core.kernel.supervisor`): runtime tasks are
-tracked, and a tracked task counts as busy except while it waits on the clock.
-`VirtualClock.advance` moves from one due timer to the next and waits for idleness
-at each, so results do not depend on the speed of the machine.
+A clock is time only: it tells the time and calls back at a time. Every timer in
+the runtime goes through one, so that tests can jump through hours of retries in
+milliseconds. Tasks and whether the runtime is busy are the supervisor's
+(`kernel.supervisor`): its `BusyTracker` counts tracked tasks as busy except while
+they wait on the clock, and `VirtualClock.advance`, which moves from one due timer
+to the next, reads that count at each, so results do not depend on the speed of
+the machine.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import heapq
 import itertools
 import math
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from alarmtop.core.kernel.supervisor import BusyTracker, Supervisor, Wakeup
+from alarmtop.core.kernel.supervisor import BusyTracker, Wakeup
 from alarmtop.core.ports import Clock, Timer
 
 T = TypeVar("T")
@@ -181,15 +183,6 @@ class SystemClock:
     hot path of every alarm).
     """
 
-    def __init__(self) -> None:
-        self._helper: Supervisor | None = None
-
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
-        """A helper for scripts and tests: start a task owned by the clock's supervisor."""
-        if self._helper is None:
-            self._helper = Supervisor(None, "clock")
-        return self._helper.spawn(coro, name)
-
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
@@ -217,7 +210,6 @@ class VirtualClock:
 
     def __init__(self, start_ms: int = 1_800_000_000_000) -> None:
         self.tracker = BusyTracker()
-        self._helper = Supervisor(self.tracker, "test")
         self._now = int(start_ms)
         self._timers: list[tuple[int, int, TimerHandle]] = []
         self._seq = itertools.count()
@@ -235,10 +227,6 @@ class VirtualClock:
 
     async def sleep(self, seconds: float) -> None:
         await Wakeup(self, self.tracker).wait(self._now + round(seconds * 1000))
-
-    def spawn(self, coro: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
-        """A helper for tests: start a tracked task (`advance` waits for it to be idle)."""
-        return self._helper.spawn(coro, name)
 
     async def idle_wait(self, awaitable: Awaitable[T]) -> T:
         """Await, from a tracked task, something other tracked work finishes."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
-from alarmtop.core.kernel.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock, Wakeup
+from alarmtop.core.kernel.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock
+from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
 from tests.conftest import START_MS
 
 
@@ -21,6 +23,13 @@ async def spin(rounds: int = 10) -> None:
 
 def elapsed(clock: VirtualClock) -> int:
     return clock.now_ms() - START_MS
+
+
+def spawn(clock: VirtualClock, coro: Coroutine[Any, Any, Any],
+          name: str | None = None) -> asyncio.Task[Any]:
+    """A task tracked on the clock's busy accounting, as the runtime's supervisor
+    starts its own: `advance` waits for it to be idle."""
+    return Supervisor(clock.tracker, "test").spawn(coro, name)
 
 
 # -- VirtualClock.advance --------------------------------------------------------------------
@@ -98,7 +107,7 @@ async def test_spawned_task_sleeping_on_the_clock_lets_advance_proceed(
             woke.append(elapsed(clock))
         return "done"
 
-    task = clock.spawn(ticker(), name="ticker")
+    task = spawn(clock, ticker(), name="ticker")
     await clock.advance(30)
     assert woke == [10_000, 20_000, 30_000]
     assert task.done() and task.result() == "done"
@@ -115,7 +124,7 @@ async def test_advance_waits_for_spawned_work_before_moving_on(clock: VirtualClo
         await clock.sleep(1)
         woke.append(elapsed(clock))
 
-    clock.spawn(worker())
+    spawn(clock, worker())
     await clock.advance(2)
     assert woke == [1000, 2000]
 
@@ -151,8 +160,8 @@ async def test_idle_wait_does_not_count_as_busy(clock: VirtualClock) -> None:
         await clock.sleep(3)
         queue.put_nowait("x")
 
-    clock.spawn(consumer())
-    clock.spawn(producer())
+    spawn(clock, consumer())
+    spawn(clock, producer())
     await clock.advance(5)
     assert got == [("x", 3000)]
 
@@ -172,7 +181,7 @@ async def test_idle_wait_passes_errors_through_and_stays_balanced(clock: Virtual
             await clock.idle_wait(failing())
         await clock.sleep(1)
 
-    task = clock.spawn(worker())
+    task = spawn(clock, worker())
     await clock.advance(1)
     assert task.done()
     await task
@@ -212,7 +221,7 @@ async def test_wakeup_returns_at_its_time(clock: VirtualClock) -> None:
         await wake.wait(START_MS + 2500)
         woke.append(elapsed(clock))
 
-    clock.spawn(waiter())
+    spawn(clock, waiter())
     await clock.advance(2)
     assert woke == []
     await clock.advance(1)
@@ -231,7 +240,7 @@ async def test_tracked_waiter_poked_by_a_timer_runs_before_advance_moves_on(
             log.append(elapsed(clock))
             clock.call_at_ms(clock.now_ms() + 100, lambda: log.append(-elapsed(clock)))
 
-    task = clock.spawn(loop_())
+    task = spawn(clock, loop_())
     clock.call_at_ms(START_MS + 1000, wake.poke)
     await clock.advance(1.5)
     assert log == [1000, -1100]
@@ -243,7 +252,7 @@ async def test_tracked_waiter_poked_by_a_timer_runs_before_advance_moves_on(
 async def test_cancelled_wait_drops_its_timer_and_leaves_the_clock_usable(
         clock: VirtualClock) -> None:
     wake = Wakeup(clock)
-    task = clock.spawn(wake.wait(START_MS + 5000))
+    task = spawn(clock, wake.wait(START_MS + 5000))
     await clock.advance(1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -268,7 +277,7 @@ async def test_clock_timeout_expires_on_the_virtual_clock(clock: VirtualClock) -
             seen.append(elapsed(clock))
             raise
 
-    task = clock.spawn(body())
+    task = spawn(clock, body())
     await clock.advance(10)
     with pytest.raises(TimeoutError):
         await task
@@ -283,7 +292,7 @@ async def test_clock_timeout_that_does_not_expire_does_nothing(clock: VirtualClo
             await clock.sleep(1)
         return "ok"
 
-    task = clock.spawn(body())
+    task = spawn(clock, body())
     await clock.advance(10)
     assert task.result() == "ok"
     assert not timeout.expired
@@ -308,7 +317,7 @@ async def test_outer_cancellation_is_not_turned_into_a_timeout(clock: VirtualClo
         async with ClockTimeout(clock, 5):
             await clock.sleep(60)
 
-    task = clock.spawn(body())
+    task = spawn(clock, body())
     await clock.advance(1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -331,7 +340,7 @@ def limited(clock: VirtualClock, deadlines: Deadlines, seconds: float,
         else:
             seen.append((f"{name} done", elapsed(clock)))
 
-    return clock.spawn(body())
+    return spawn(clock, body())
 
 
 async def test_deadlines_cancel_only_the_tasks_past_their_limit(clock: VirtualClock) -> None:
@@ -397,7 +406,7 @@ async def test_deadline_swallowed_by_the_body_leaves_the_task_uncancelled(
         except TimeoutError:
             outcomes.append("second timed out")
 
-    task = clock.spawn(body())
+    task = spawn(clock, body())
     await clock.advance(5)
     await task
     assert outcomes == ["swallowed", "first ended, expired=True", "second timed out"]
@@ -421,7 +430,7 @@ async def test_outer_cancellation_under_a_deadline_stays_a_cancellation(
         with deadlines.limit():
             await clock.sleep(60)
 
-    task = clock.spawn(body())
+    task = spawn(clock, body())
     await clock.advance(1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -31,6 +31,7 @@ from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, 
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
 from alarmtop.core.storage.postgres.schema import SCHEMA, check_shards, cluster_secret, migrate
+from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:
     import asyncpg
@@ -156,7 +157,7 @@ class PostgresBackend:
         self._claims = 0
         self._faults: PgFaultStore | None = None
         self._rounds = 0
-        self._keeper: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner(f"node {self.node_id}'s leases")
         self._on_change: ShardListener | None = None
         self._writer = PgAlarmRowWriter(self.shard_of)
         self._db = PgDatabase(self._require_pool, self._connect, self._writer,
@@ -225,8 +226,7 @@ class PostgresBackend:
             await self._pool.close()
             self._pool = None
             raise
-        self._keeper = asyncio.get_running_loop().create_task(self._keep_leases(),
-                                                             name="pg-leases")
+        self._tasks.spawn(self._keep_leases(), name="pg-leases")
 
     def bind(self, on_change: ShardListener, address: str | None = None,
              drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
@@ -247,6 +247,7 @@ class PostgresBackend:
             # goes now rather than with the garbage collector.
             if faults is not None:
                 faults.cut_off()
+            self._tasks.cancel()
             self._db.cut_off()
             if pool is not None:
                 pool.terminate()
@@ -256,10 +257,7 @@ class PostgresBackend:
         faults, self._faults = self._faults, None
         if faults is not None:
             await faults.stop()
-        keeper, self._keeper = self._keeper, None
-        if keeper is not None:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+        await self._tasks.close()
         await self._db.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None

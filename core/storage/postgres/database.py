@@ -24,6 +24,7 @@ from alarmtop.core.model.errors import LeaseLost, StorageError
 from alarmtop.core.storage.batches import coalesce
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.failures import storage_error
+from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:
     import asyncpg
@@ -97,7 +98,8 @@ class PgDatabase:
         self._conn: PgConn | None = None
         self._queue: list[_Entry] = []
         self._wake = asyncio.Event()
-        self._committer: asyncio.Task[None] | None = None
+        self._tasks = TaskOwner("runtime database")
+        self._committer: asyncio.Task[None] | None = None  # while open
         self.path = "postgresql"
 
     @property
@@ -108,22 +110,18 @@ class PgDatabase:
         self._conn = await self._connect()
         await self.layout.read_back(self._conn)
         self._counters_read = asyncio.get_running_loop().time()
-        self._committer = asyncio.get_running_loop().create_task(self._commit_loop(),
-                                                                 name="pg-committer")
+        self._committer = self._tasks.spawn(self._commit_loop(), name="pg-committer")
 
     def cut_off(self) -> None:
         """Now, without waiting: a close cut short must not leave the connection open."""
-        if self._committer is not None:
-            self._committer.cancel()
+        self._tasks.cancel()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.terminate()
 
     async def close(self) -> None:
-        task, self._committer = self._committer, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        self._committer = None
+        await self._tasks.close()
         dropped, self._queue = self._queue, []
         for *_, fut in dropped:
             if not fut.done():

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.model.faults import Fault
 from alarmtop.core.ports import FaultMirror
 from alarmtop.core.storage.postgres.schema import SCHEMA
+from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:
     import asyncpg
@@ -35,7 +36,7 @@ class PgFaultStore:
         self._queue: asyncio.Queue[tuple[str, Fault | str]] = asyncio.Queue()
         self._dirty: dict[str, int] = {}  # fault id -> writes queued for it
         self._registry: FaultMirror | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = TaskOwner("fleet faults")
         self._listener: Any = None
         self._stale = asyncio.Event()
 
@@ -51,14 +52,12 @@ class PgFaultStore:
             log.warning("fault changes of other nodes arrive every %g s: LISTEN failed (%s)",
                         POLL_S, exc)
             self._listener = None
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._write(), name="pg-faults-write"),
-                       loop.create_task(self._follow(), name="pg-faults-follow")]
+        self._tasks.spawn(self._write(), name="pg-faults-write")
+        self._tasks.spawn(self._follow(), name="pg-faults-follow")
 
     def cut_off(self) -> None:
         """Now, without waiting: a stop cut short must not leave the listener open."""
-        for task in self._tasks:
-            task.cancel()
+        self._tasks.cancel()
         listener, self._listener = self._listener, None
         if listener is not None:
             listener.terminate()
@@ -68,10 +67,7 @@ class PgFaultStore:
             await asyncio.wait_for(self.flush(), 2.0)
         except TimeoutError:
             log.warning("fault changes not written at stop: %d", self._queue.qsize())
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await self._tasks.close()
         if self._listener is not None:
             listener, self._listener = self._listener, None
             try:
