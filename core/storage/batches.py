@@ -1,11 +1,14 @@
-"""What a batch of queued index writes leaves, for either backend's committer."""
+"""A batch of queued writes of the runtime database, the same on both backends: what
+it leaves to write, and how each writer is told its outcome."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import asyncio
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.errors import StorageError
 
 W = TypeVar("W")
 
@@ -25,3 +28,19 @@ def coalesce(batch: Iterable[tuple[Sequence[AlarmRecord], Sequence[AlarmKey], W 
         if extra is not None:
             extras.append(extra)
     return final, extras
+
+
+def settle(futures: Sequence[asyncio.Future[None]],
+           outcome: Sequence[BaseException | None] | None,
+           error_of: Callable[[BaseException], BaseException]) -> None:
+    """Tell each writer of a batch how its write went: `outcome` None when the batch
+    committed, else each write's error (None: it landed), mapped by `error_of` unless
+    it is alarmtop's own already."""
+    for i, fut in enumerate(futures):
+        if fut.done():
+            continue
+        exc = None if outcome is None else outcome[i]
+        if exc is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(exc if isinstance(exc, StorageError) else error_of(exc))

@@ -158,20 +158,20 @@ async def test_a_failed_counters_read_is_made_again_by_the_next_batch(
         node: NodeFactory, clock: VirtualClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """`counters()` counts every write whose future has completed: when the read after
     a write fails, the next batch reads again, even one of plain checkpoints."""
-    from alarmtop.core.storage.postgres import reads
+    from alarmtop.core.storage.postgres import alarm_rows
     a = await node("a")
     a.register_execution(waits)
     eid = name_on(a, cls=EXECUTION_CLASS, prefix="run")
     await suspended(a, eid, clock)
     store, db, rows = backend_of(a).execution_log, a.backend.database, a.backend.alarm_rows
-    real, fail = reads.parse_counters, [1]
+    real, fail = alarm_rows.parse_counters, [1]
 
     def parse(rows: Any) -> Any:
         if fail[0]:
             fail[0] -= 1
             raise RuntimeError("statement timeout (simulated)")
         return real(rows)
-    monkeypatch.setattr(reads, "parse_counters", parse)
+    monkeypatch.setattr(alarm_rows, "parse_counters", parse)
     dead = rows.counters().alarms.get("dead", 0)
     await db.write([AlarmRecord("Counter", name_on(a, prefix="d"), 1, AlarmState.DEAD, 6,
                                  None, "x")])

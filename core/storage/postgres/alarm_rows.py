@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, AlarmState
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.storage_values import Counts, ObjectEntry
+from alarmtop.core.storage.alarm_rows import AlarmRowsBase
+from alarmtop.core.storage.counters import parse_counters
 from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.database import PgDatabase, PgWrite
 from alarmtop.core.storage.postgres.schema import SCHEMA
@@ -60,13 +62,13 @@ class PgAlarmRowWriter:
             await conn.executemany(_UPSERT, rows)
 
     async def read_back(self, conn: PgConn) -> None:
-        self._counts = reads.parse_counters(await conn.fetch(reads.COUNTERS_SQL))
+        self._counts = parse_counters(await conn.fetch(reads.COUNTERS_SQL))
 
     def counters(self) -> Counts:
         return self._counts
 
 
-class PgAlarmRows:
+class PgAlarmRows(AlarmRowsBase):
     """`AlarmRows` on the PostgreSQL runtime database."""
 
     def __init__(self, db: PgDatabase, writer: PgAlarmRowWriter,
@@ -118,11 +120,6 @@ class PgAlarmRows:
             f"SELECT {COLUMNS} FROM {SCHEMA}.alarms WHERE due_ms < $1 {where} ORDER BY due_ms "
             "LIMIT $2", before_ms, limit, *extra)]
 
-    async def page(self, limit: int, offset: int = 0, state: str | None = None,
-                   contains: str | None = None) -> list[AlarmRecord]:
-        return await self.alarm_page(None, limit, offset=offset, state=state,
-                                     contains=contains)
-
     async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
                          offset: int = 0, state: str | None = None,
                          contains: str | None = None, order: str = "urgency",
@@ -130,13 +127,6 @@ class PgAlarmRows:
         sql, params = reads.alarm_page(COLUMNS, after, limit, offset=offset, state=state,
                                        contains=contains, order=order, desc=desc)
         return [from_row(r) for r in await self._db.fetch(sql, *params)]
-
-    async def count(self, state: str | None = None, contains: str | None = None) -> int:
-        if contains:
-            sql, params = reads.alarm_count(state, contains)
-            return int((await self._db.fetch(sql, *params))[0][0])
-        alarms = self.counters().alarms
-        return alarms.get(state, 0) if state else sum(alarms.values())
 
     def counters(self) -> Counts:
         return self._writer.counters()
@@ -152,11 +142,13 @@ class PgAlarmRows:
                           int(await conn.fetchval(q["known"])))
         return await self._db.read(read)
 
-    async def counts(self) -> dict[str, int]:
-        return self.counters().by_state()
+    async def count_matching(self, state: str | None, contains: str) -> int:
+        sql, params = reads.alarm_count(state, contains)
+        return int((await self._db.fetch(sql, *params))[0][0])
 
-    async def retry_counts(self) -> list[tuple[str, int, int]]:
-        return self.counters().retry_rows()
+    async def known_matching(self, contains: str) -> int:
+        sql, params = reads.known_count(contains)
+        return int((await self._db.fetch(sql, *params))[0][0])
 
     async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
                           offset: int = 0, contains: str | None = None,
@@ -166,12 +158,6 @@ class PgAlarmRows:
         return [ObjectEntry(r[0], r[1], bool(r[2] & 1), bool(r[2] & 4), r[3],
                             None if r[3] == "dead" else r[4], r[5] is not None)
                 for r in await self._db.fetch(sql, *params)]
-
-    async def count_known(self, contains: str | None = None) -> int:
-        if contains:
-            sql, params = reads.known_count(contains)
-            return int((await self._db.fetch(sql, *params))[0][0])
-        return self.counters().known
 
     async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
         wanted = list(keys)
@@ -194,9 +180,6 @@ class PgAlarmRows:
     async def object_classes(self) -> list[str]:
         rows = await self._db.fetch(f"SELECT DISTINCT object_class FROM {SCHEMA}.objects")
         return sorted(r[0] for r in rows)
-
-    async def count_objects(self) -> int:
-        return self.counters().stored
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model.keys import Cursor
+from alarmtop.core.storage.audit_rows import AUDIT_INSERT_COLUMNS, AuditRowsBase, audit_values
 from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.database import PgDatabase
 from alarmtop.core.storage.postgres.schema import SCHEMA
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-class PgAuditRows:
+class PgAuditRows(AuditRowsBase):
     """`AuditRows` on the PostgreSQL runtime database."""
 
     def __init__(self, db: PgDatabase, node_id: str | None = None) -> None:
@@ -25,20 +26,12 @@ class PgAuditRows:
         self.node_id = node_id  # written into every audit row: which node ran the command
 
     async def audit_append(self, entry: dict[str, Any]) -> None:
-        row = (entry["at_ms"], entry["actor"], entry.get("role"), entry["action"],
-               entry.get("target"), entry.get("reason"), bool(entry.get("ok", True)),
-               _dumps(entry.get("detail")), self.node_id)
+        row = audit_values(entry, self.node_id)
 
         async def write(conn: PgConn) -> None:
-            await conn.execute(f"INSERT INTO {SCHEMA}.audit (at_ms, actor, role, action, target, "
-                               "reason, ok, detail, node) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-                               *row)
+            await conn.execute(f"INSERT INTO {SCHEMA}.audit ({AUDIT_INSERT_COLUMNS}) VALUES "
+                               "($1,$2,$3,$4,$5,$6,$7,$8,$9)", *row)
         await self._db.submit(extra=write)
-
-    async def audit_list(self, limit: int = 100,
-                         offset: int = 0) -> builtins.list[dict[str, Any]]:
-        """The newest rows first, by offset (see `audit_page`)."""
-        return await self.audit_page(None, limit, offset=offset)
 
     async def audit_page(self, after: Cursor | None = None, limit: int = 100, *,
                          offset: int = 0, desc: bool = True) -> builtins.list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
+from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
@@ -97,7 +98,7 @@ async def _keep_session(conn: Any) -> None:
     left open before calling this."""
 
 
-class PostgresBackend:
+class PostgresBackend(BackendStores):
     """Storage on PostgreSQL (asyncpg).
 
     Args:
@@ -166,28 +167,11 @@ class PostgresBackend:
         self._executions = PgExecutionLog(self._db, self._writer.counters)
         self._audit = PgAuditRows(self._db, self.node_id)
         self._operator = PgOperatorRows(self._db, self.node_id, self.owned_shards)
+        super().__init__(self._db, self._alarm_rows, self._executions, self._audit,
+                         self._operator)
 
     # -- the protocol ---------------------------------------------------------------------
 
-    @property
-    def database(self) -> PgDatabase:
-        return self._db
-
-    @property
-    def alarm_rows(self) -> PgAlarmRows:
-        return self._alarm_rows
-
-    @property
-    def execution_log(self) -> PgExecutionLog:
-        return self._executions
-
-    @property
-    def audit_rows(self) -> PgAuditRows:
-        return self._audit
-
-    @property
-    def operator_rows(self) -> PgOperatorRows:
-        return self._operator
 
     def shard_of(self, key: ObjectKey) -> int:
         return shard_of(key, self.shards)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import LeaseLost, StorageError
-from alarmtop.core.storage.batches import coalesce
+from alarmtop.core.storage.batches import coalesce, settle
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.failures import storage_error
 from alarmtop.core.storage.tasks import TaskOwner
@@ -174,16 +174,8 @@ class PgDatabase:
                 self._settle(batch, outcome)
 
     def _settle(self, batch: list[_Entry], outcome: list[BaseException | None] | None) -> None:
-        for i, (*_, fut) in enumerate(batch):
-            if fut.done():
-                continue
-            exc = None if outcome is None else outcome[i]
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc if isinstance(exc, StorageError) else
-                                  StorageError(f"writing the runtime database failed: "
-                                               f"{exc}", self.path))
+        settle([fut for *_, fut in batch], outcome, lambda exc: StorageError(
+            f"writing the runtime database failed: {exc}", self.path))
 
     async def _commit(self, batch: list[_Entry]) -> list[BaseException | None] | None:
         """One transaction for the batch: None when it committed, else each write's

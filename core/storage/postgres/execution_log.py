@@ -7,13 +7,12 @@ take connections from the pool.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from alarmtop.core.model.errors import ChainBroken, LeaseLost
+from alarmtop.core.model.errors import LeaseLost
 from alarmtop.core.model.execution_timers import (
     EXECUTION_TIMER,
     execution_timers,
@@ -23,6 +22,7 @@ from alarmtop.core.model.execution_timers import (
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import EXECUTION_CLASS, ExecutionRecord, OperationRecord
 from alarmtop.core.model.storage_values import Counts, LogChain
+from alarmtop.core.storage.execution_log import ChainLink, ExecutionLogBase
 from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.alarm_rows import COLUMNS
 from alarmtop.core.storage.postgres.database import PgDatabase, PgWrite
@@ -322,50 +322,31 @@ class MergedCheckpoints:
 MERGED = MergedCheckpoints()
 
 
-class PgChainedWrite:
-    """A write of the runtime database that belongs to a `LogChain` (see SQLite's)."""
+class PgChainedWrite(ChainLink):
+    """A write of the runtime database that belongs to a `LogChain`; it carries what
+    the committer looks for on its write (the fence key, the merged writers)."""
 
-    __slots__ = ("chain", "fence_key", "fn", "merged", "single")
+    __slots__ = ("fence_key", "merged", "single")
 
     def __init__(self, fn: PgWrite, chain: LogChain) -> None:
-        self.fn, self.chain = fn, chain
+        super().__init__(fn, chain)
         self.merged = getattr(fn, "merged", None)
         self.single = getattr(fn, "single", None)
         self.fence_key = getattr(fn, "fence_key", None)
-
-    def check(self) -> None:
-        if self.chain.broken:
-            raise ChainBroken("an earlier checkpoint of this invocation was not written; "
-                              "the invocation runs again from what was")
 
     async def __call__(self, conn: PgConn) -> None:
         self.check()
         await self.fn(conn)
 
-    def refused(self) -> None:
-        self.chain.broken = True
 
-
-class PgExecutionLog:
+class PgExecutionLog(ExecutionLogBase):
     """`ExecutionLog` on the PostgreSQL runtime database."""
 
     def __init__(self, db: PgDatabase, counters: Callable[[], Counts]) -> None:
-        self._db = db
-        self._counters = counters  # the runtime database's counters, kept with its writes
+        super().__init__(db, counters)
+        self._db: PgDatabase = db
 
-    def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
-                   ops: Sequence[OperationRecord] = (),
-                   events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None, *,
-                   marks: Mapping[str, str] | None = None,
-                   drop_ops: Sequence[str] = (),
-                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]:
-        return self._db.submit(extra=self.checkpoint_write(
-            execution_id, record, ops, events, chain, marks=marks, drop_ops=drop_ops,
-            drop_marks=drop_marks))
-
-    @staticmethod
-    def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
+    def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
                          chain: LogChain | None = None, *,
@@ -428,12 +409,6 @@ class PgExecutionLog:
                  "name": r[4], "handler": r[5], "status": r[6], "paused": r[7] is not None,
                  "key": [r[3], r[0], r[1], r[2]]} for r in rows]
 
-    def submit(self, write: PgWrite) -> asyncio.Future[None]:
-        return self._db.submit(extra=write)
-
-    async def flush(self) -> None:
-        await self._db.submit()
-
     async def get(self, execution_id: str) -> ExecutionRecord | None:
         rows = await self._db.fetch(f"SELECT data FROM {SCHEMA}.executions WHERE id = $1",
                                      execution_id)
@@ -456,10 +431,9 @@ class PgExecutionLog:
             "ORDER BY event_id LIMIT $3", execution_id, after, None if limit < 0 else limit)
         return [json.loads(r[0]) for r in rows]
 
-    async def list(self, status: str | None = None, limit: int = 100,
-                   offset: int = 0) -> builtins.list[ExecutionRecord]:
-        """Executions most in need of a person first (see `page`), by offset."""
-        return await self.page(None, limit, offset=offset, status=status)
+    async def count_matching(self, status: str | None, contains: str) -> int:
+        sql, params = reads.execution_count(status, contains)
+        return int((await self._db.fetch(sql, *params))[0][0])
 
     async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
                    status: str | None = None, contains: str | None = None,
@@ -469,17 +443,6 @@ class PgExecutionLog:
                                        contains=contains, desc=desc)
         return [ExecutionRecord.from_dict(json.loads(r[0]))
                 for r in await self._db.fetch(sql, *params)]
-
-    async def count(self, status: str | None = None, contains: str | None = None) -> int:
-        if contains:
-            sql, params = reads.execution_count(status, contains)
-            return int((await self._db.fetch(sql, *params))[0][0])
-        counts = await self.counts()
-        return counts.get(status, 0) if status else sum(counts.values())
-
-    async def counts(self) -> dict[str, int]:
-        """From the counters kept with the writes: no scan."""
-        return dict(self._counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 

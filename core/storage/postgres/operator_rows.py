@@ -18,6 +18,7 @@ from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.bulk_items import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.errors import StorageError
 from alarmtop.core.model.selection import Selection
+from alarmtop.core.storage.audit_rows import AUDIT_INSERT_COLUMNS, audit_rows_of
 from alarmtop.core.storage.postgres.alarm_rows import COLUMNS, from_row
 from alarmtop.core.storage.postgres.database import PgDatabase, PgWrite
 from alarmtop.core.storage.postgres.reads import Params
@@ -255,9 +256,7 @@ class PgOperatorRows:
         done = sum(1 for o in outcomes if o.status == "done")
         failed = sum(1 for o in outcomes if o.status == "failed")
         node = self._node()
-        audit_rows = [(e["at_ms"], e["actor"], e.get("role"), e["action"], e.get("target"),
-                       e.get("reason"), bool(e.get("ok", True)), _dumps(e.get("detail")), node)
-                      for e in audit]
+        audit_rows = audit_rows_of(audit, node)
 
         async def write(conn: PgConn) -> None:
             if rows:
@@ -271,8 +270,8 @@ class PgOperatorRows:
                                    done, failed, now_ms, batch_id)
             if audit_rows:
                 await conn.executemany(
-                    f"INSERT INTO {SCHEMA}.audit (at_ms, actor, role, action, target, reason, "
-                    "ok, detail, node) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9)", audit_rows)
+                    f"INSERT INTO {SCHEMA}.audit ({AUDIT_INSERT_COLUMNS}) VALUES "
+                    "($1,$2,$3,$4,$5,$6,$7,$8,$9)", audit_rows)
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,

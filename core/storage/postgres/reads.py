@@ -16,7 +16,6 @@ from typing import Any
 
 from alarmtop.core.model import keys
 from alarmtop.core.model.keys import Cursor
-from alarmtop.core.model.storage_values import Counts
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 _ALARM_KEY = {"urgency": ("urgency", "object_class", "object_name"),
@@ -146,27 +145,6 @@ def audit_page(after: Cursor | None, limit: int, *, offset: int,
     return sql, p.values
 
 
-def parse_counters(rows: Sequence[Any]) -> Counts:
-    """`Counts` from the summed rows of the counters table (every alarm state, zeros
-    included, as on SQLite)."""
-    alarms: dict[str, int] = dict.fromkeys(keys.ALARM_RANK, 0)
-    retries: dict[tuple[str, int], int] = {}
-    executions: dict[str, int] = {}
-    objects: dict[str, int] = {}
-    for kind, name, num, n in rows:
-        n = int(n)
-        if kind == "alarms":
-            alarms[name] = n
-        elif kind == "retries":
-            if n:
-                retries[(name, int(num))] = n
-        elif kind == "executions":
-            if n:
-                executions[name] = n
-        elif kind == "objects":
-            objects[name] = n
-    return Counts(alarms, retries, executions, objects.get("stored", 0),
-                  objects.get("known", 0))
 
 
 RECOUNT = {

@@ -12,6 +12,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from alarmtop.core.model.errors import InvalidArgument, StorageError
+from alarmtop.core.storage.tables import bulk_tables
 
 if TYPE_CHECKING:
     from alarmtop.core.storage.postgres.database import PgConn
@@ -167,39 +168,7 @@ MIGRATIONS: list[str] = [
         WHERE due_ms IS NOT NULL;
     CREATE INDEX alarms_paused ON {SCHEMA}.alarms (next_attempt_ms, object_class, object_name)
         WHERE paused_ms IS NOT NULL;
-    CREATE TABLE {SCHEMA}.bulk_batches (
-        id TEXT PRIMARY KEY,
-        action TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        status TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        role TEXT,
-        reason TEXT,
-        note TEXT,
-        throttle INTEGER NOT NULL,
-        params TEXT NOT NULL,
-        total INTEGER NOT NULL DEFAULT 0,
-        done INTEGER NOT NULL DEFAULT 0,
-        failed INTEGER NOT NULL DEFAULT 0,
-        cancelled INTEGER NOT NULL DEFAULT 0,
-        created_ms BIGINT NOT NULL,
-        updated_ms BIGINT NOT NULL,
-        ended_ms BIGINT,
-        node TEXT,
-        prep_after TEXT
-    );
-    CREATE INDEX bulk_batches_status ON {SCHEMA}.bulk_batches (status);
-    CREATE TABLE {SCHEMA}.bulk_items (
-        batch_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        key TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error TEXT,
-        detail TEXT,
-        PRIMARY KEY (batch_id, seq)
-    );
-    CREATE INDEX bulk_items_status ON {SCHEMA}.bulk_items (batch_id, status, seq);
-    """,
+    """ + bulk_tables(f"{SCHEMA}.", "BIGINT", ""),
     # Listings served by indexes, counts kept with the writes (as on SQLite; the sort
     # keys are core/storage/keys.py's, here generated columns over the rows).
     #

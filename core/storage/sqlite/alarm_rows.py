@@ -17,6 +17,8 @@ from typing import Any
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.storage_values import Counts, ObjectEntry
+from alarmtop.core.storage.alarm_rows import AlarmRowsBase
+from alarmtop.core.storage.counters import parse_counters
 from alarmtop.core.storage.rows import ALARM_COLUMNS, alarm_record, alarm_values
 from alarmtop.core.storage.sqlite import counters, reads
 from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
@@ -85,11 +87,11 @@ class AlarmRowWriter:
     def counters(self) -> Counts:
         rows, parsed = self._counter_rows, self._parsed
         if parsed is None or parsed[0] is not rows:
-            parsed = self._parsed = (rows, reads.parse_counters(rows))
+            parsed = self._parsed = (rows, parse_counters(rows))
         return parsed[1]
 
 
-class SqliteAlarmRows:
+class SqliteAlarmRows(AlarmRowsBase):
     """`AlarmRows` on the SQLite runtime database."""
 
     def __init__(self, db: SqliteDatabase, writer: AlarmRowWriter) -> None:
@@ -135,11 +137,6 @@ class SqliteAlarmRows:
         return await self._records(f"SELECT {COLUMNS} FROM alarms WHERE "
                                    "due_ms < ? ORDER BY due_ms LIMIT ?", (before_ms, limit))
 
-    async def page(self, limit: int, offset: int = 0, state: str | None = None,
-                   contains: str | None = None) -> list[AlarmRecord]:
-        return await self.alarm_page(None, limit, offset=offset, state=state,
-                                     contains=contains)
-
     async def alarm_page(self, after: Cursor | None = None, limit: int = 50, *,
                          offset: int = 0, state: str | None = None,
                          contains: str | None = None, order: str = "urgency",
@@ -149,35 +146,23 @@ class SqliteAlarmRows:
             order=order, desc=desc))
         return [record_of_row(r) for r in rows]
 
-    async def count(self, state: str | None = None, contains: str | None = None) -> int:
-        if contains:
-            return await self._db.read_only(lambda conn: reads.alarm_count(conn, state,
-                                                                           contains))
-        alarms = self.counters().alarms
-        return alarms.get(state, 0) if state else sum(alarms.values())
-
     def counters(self) -> Counts:
         return self._writer.counters()
 
     async def recount(self) -> Counts:
         return await self._db.read_only(reads.recount)
 
-    async def counts(self) -> dict[str, int]:
-        return self.counters().by_state()
+    async def count_matching(self, state: str | None, contains: str) -> int:
+        return await self._db.read_only(lambda conn: reads.alarm_count(conn, state, contains))
 
-    async def retry_counts(self) -> list[tuple[str, int, int]]:
-        return self.counters().retry_rows()
+    async def known_matching(self, contains: str) -> int:
+        return await self._db.read_only(lambda conn: reads.known_count(conn, contains))
 
     async def object_page(self, after: Cursor | None = None, limit: int = 50, *,
                           offset: int = 0, contains: str | None = None,
                           desc: bool = False) -> list[ObjectEntry]:
         return await self._db.read_only(lambda conn: reads.object_page(
             conn, after, limit, offset=offset, contains=contains, desc=desc))
-
-    async def count_known(self, contains: str | None = None) -> int:
-        if contains:
-            return await self._db.read_only(lambda conn: reads.known_count(conn, contains))
-        return self.counters().known
 
     async def known_among(self, keys: Sequence[AlarmKey]) -> set[AlarmKey]:
         wanted = list(keys)
@@ -206,9 +191,6 @@ class SqliteAlarmRows:
                 listed.update(p.name for p in root.iterdir() if p.is_dir())
             return sorted(listed)
         return await self._db.read(read)
-
-    async def count_objects(self) -> int:
-        return self.counters().stored
 
     async def list_objects(self, limit: int, offset: int = 0,
                            contains: str | None = None) -> list[tuple[str, str]]:

@@ -27,6 +27,7 @@ from alarmtop.core.model.object_names import (
     name_of_file,
     object_file_name,
 )
+from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.sqlite.alarm_rows import AlarmRowWriter, SqliteAlarmRows
 from alarmtop.core.storage.sqlite.audit_rows import SqliteAuditRows
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S, SqliteDatabase
@@ -42,7 +43,7 @@ MARKER = ".alarmtop"  # in the data folder: "this folder holds alarmtop data"
 CORRUPT_INDEX_MODES = ("fail", "quarantine")
 
 
-class SqliteBackend:
+class SqliteBackend(BackendStores):
     """The embedded default: `runtime.sqlite` for the alarm index, a file per object."""
 
     def __init__(self, data_dir: Path, *, on_corrupt_index: str = "fail",
@@ -78,27 +79,10 @@ class SqliteBackend:
         self._executions = SqliteExecutionLog(self._db, self._writer.counters)
         self._audit = SqliteAuditRows(self._db, self.node_id)
         self._operator = SqliteOperatorRows(self._db, self.node_id)
+        super().__init__(self._db, self._alarm_rows, self._executions, self._audit,
+                         self._operator)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
 
-    @property
-    def database(self) -> SqliteDatabase:
-        return self._db
-
-    @property
-    def alarm_rows(self) -> SqliteAlarmRows:
-        return self._alarm_rows
-
-    @property
-    def execution_log(self) -> SqliteExecutionLog:
-        return self._executions
-
-    @property
-    def audit_rows(self) -> SqliteAuditRows:
-        return self._audit
-
-    @property
-    def operator_rows(self) -> SqliteOperatorRows:
-        return self._operator
 
     async def open(self) -> None:
         await asyncio.to_thread(make_dirs, self.data_dir)

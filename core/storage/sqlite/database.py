@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import CorruptDatabase, StorageError
-from alarmtop.core.storage.batches import coalesce
+from alarmtop.core.storage.batches import coalesce, settle
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.sqlite.errors import (
     is_corruption,
@@ -224,15 +224,7 @@ class SqliteDatabase:
 
     def _settle(self, batch: list[_Entry], outcome: list[BaseException | None] | None) -> None:
         """On the event loop: tell each writer of the batch how its write went."""
-        for i, (*_, fut) in enumerate(batch):
-            if fut.done():
-                continue
-            exc = None if outcome is None else outcome[i]
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc if isinstance(exc, StorageError)
-                                  else self.error("writing", exc))
+        settle([fut for *_, fut in batch], outcome, lambda exc: self.error("writing", exc))
 
     def _apply(self, batch: list[_Entry]) -> None:
         final, extras = coalesce(batch)

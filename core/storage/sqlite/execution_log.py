@@ -6,14 +6,12 @@ with every other checkpoint and alarm change made at the same moment.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from alarmtop.core.model.errors import ChainBroken
 from alarmtop.core.model.execution_timers import (
     EXECUTION_TIMER,
     execution_timers,
@@ -23,6 +21,7 @@ from alarmtop.core.model.execution_timers import (
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.operations import ExecutionRecord, OperationRecord
 from alarmtop.core.model.storage_values import Counts, LogChain
+from alarmtop.core.storage.execution_log import ChainLink, ExecutionLogBase
 from alarmtop.core.storage.sqlite import reads
 from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
 
@@ -30,45 +29,24 @@ from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
-class ChainedWrite:
+class ChainedWrite(ChainLink):
     """A write of the runtime database that belongs to a `LogChain`."""
 
-    __slots__ = ("chain", "fn")
-
-    def __init__(self, fn: WriteFn, chain: LogChain) -> None:
-        self.fn, self.chain = fn, chain
+    __slots__ = ()
 
     def __call__(self, conn: sqlite3.Connection) -> None:
-        if self.chain.broken:
-            raise ChainBroken("an earlier checkpoint of this invocation was not written; "
-                              "the invocation runs again from what was")
+        self.check()
         self.fn(conn)
 
-    def refused(self) -> None:
-        self.chain.broken = True
 
-
-class SqliteExecutionLog:
+class SqliteExecutionLog(ExecutionLogBase):
     """`ExecutionLog` on the SQLite runtime database."""
 
     def __init__(self, db: SqliteDatabase, counters: Callable[[], Counts]) -> None:
-        self._db = db
-        self._counters = counters  # the runtime database's counters, kept with its writes
+        super().__init__(db, counters)
+        self._db: SqliteDatabase = db
 
-    def checkpoint(self, execution_id: str, record: ExecutionRecord | None = None,
-                   ops: Sequence[OperationRecord] = (),
-                   events: Sequence[dict[str, Any]] = (),
-                   chain: LogChain | None = None, *,
-                   marks: Mapping[str, str] | None = None,
-                   drop_ops: Sequence[str] = (),
-                   drop_marks: Sequence[str] = ()) -> asyncio.Future[None]:
-        """Queue a checkpoint now (its place among writes is fixed); await it for durability."""
-        return self._db.submit(extra=self.checkpoint_write(
-            execution_id, record, ops, events, chain, marks=marks, drop_ops=drop_ops,
-            drop_marks=drop_marks))
-
-    @staticmethod
-    def checkpoint_write(execution_id: str, record: ExecutionRecord | None = None,
+    def checkpoint_write(self, execution_id: str, record: ExecutionRecord | None = None,
                          ops: Sequence[OperationRecord] = (),
                          events: Sequence[dict[str, Any]] = (),
                          chain: LogChain | None = None, *,
@@ -95,13 +73,6 @@ class SqliteExecutionLog:
         if pre is not None or post is not None:
             write = _in_order(pre, write, post)
         return write if chain is None else ChainedWrite(write, chain)
-
-    def submit(self, write: WriteFn) -> asyncio.Future[None]:
-        return self._db.submit(extra=write)
-
-    async def flush(self) -> None:
-        """Wait until every write queued so far is durable."""
-        await self._db.submit()
 
     async def get(self, execution_id: str) -> ExecutionRecord | None:
         def read(conn: sqlite3.Connection) -> ExecutionRecord | None:
@@ -164,10 +135,9 @@ class SqliteExecutionLog:
             return [json.loads(r[0]) for r in rows]
         return await self._db.read(read)
 
-    async def list(self, status: str | None = None, limit: int = 100,
-                   offset: int = 0) -> list[ExecutionRecord]:
-        """Executions most in need of a person first (see `page`), by offset."""
-        return await self.page(None, limit, offset=offset, status=status)
+    async def count_matching(self, status: str | None, contains: str) -> int:
+        return await self._db.read_only(lambda conn: reads.execution_count(conn, status,
+                                                                           contains))
 
     async def page(self, after: Cursor | None = None, limit: int = 50, *, offset: int = 0,
                    status: str | None = None, contains: str | None = None,
@@ -176,17 +146,6 @@ class SqliteExecutionLog:
         rows = await self._db.read_only(lambda conn: reads.execution_page(
             conn, after, limit, offset=offset, status=status, contains=contains, desc=desc))
         return [ExecutionRecord.from_dict(d) for d in rows]
-
-    async def count(self, status: str | None = None, contains: str | None = None) -> int:
-        if contains:
-            return await self._db.read_only(lambda conn: reads.execution_count(conn, status,
-                                                                            contains))
-        counts = await self.counts()
-        return counts.get(status, 0) if status else sum(counts.values())
-
-    async def counts(self) -> dict[str, int]:
-        """From the counters the runtime database keeps with its writes: no scan."""
-        return dict(self._counters().executions)
 
     # -- the idempotency ledger -----------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.bulk_items import BATCH_OPEN, PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.selection import Selection
+from alarmtop.core.storage.audit_rows import AUDIT_INSERT_COLUMNS, audit_rows_of
 from alarmtop.core.storage.sqlite.alarm_rows import COLUMNS as ROW_COLUMNS
 from alarmtop.core.storage.sqlite.alarm_rows import record_of_row
 from alarmtop.core.storage.sqlite.database import SqliteDatabase, WriteFn
@@ -222,9 +223,7 @@ class SqliteOperatorRows:
                  o.seq) for o in outcomes]
         done = sum(1 for o in outcomes if o.status == "done")
         failed = sum(1 for o in outcomes if o.status == "failed")
-        audit_rows = [(e["at_ms"], e["actor"], e.get("role"), e["action"], e.get("target"),
-                       e.get("reason"), 1 if e.get("ok", True) else 0,
-                       _dumps(e.get("detail")), self.node_id) for e in audit]
+        audit_rows = audit_rows_of(audit, self.node_id, int)
 
         def write(conn: sqlite3.Connection) -> None:
             conn.executemany("UPDATE bulk_items SET status = ?, error = ?, detail = ? WHERE "
@@ -233,9 +232,8 @@ class SqliteOperatorRows:
                 conn.execute("UPDATE bulk_batches SET done = done + ?, failed = failed + ?, "
                              "updated_ms = ? WHERE id = ?", (done, failed, now_ms, batch_id))
             if audit_rows:
-                conn.executemany("INSERT INTO audit (at_ms, actor, role, action, target, "
-                                 "reason, ok, detail, node) VALUES (?,?,?,?,?,?,?,?,?)",
-                                 audit_rows)
+                conn.executemany(f"INSERT INTO audit ({AUDIT_INSERT_COLUMNS}) VALUES "
+                                 "(?,?,?,?,?,?,?,?,?)", audit_rows)
         return write
 
     def finish_write(self, batch_id: str, status: str, now_ms: int,

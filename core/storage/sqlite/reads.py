@@ -44,25 +44,6 @@ _ALARM_TEXT = "instr(object_class || '/' || object_name, ?) > 0"
 _COUNTER_SQL = "SELECT kind, name, num, n FROM counters"
 
 
-def parse_counters(rows: Sequence[Row]) -> Counts:
-    """`Counts` from the rows of the counters table."""
-    alarms: dict[str, int] = {}
-    retries: dict[tuple[str, int], int] = {}
-    executions: dict[str, int] = {}
-    objects: dict[str, int] = {}
-    for kind, name, num, n in rows:
-        if kind == "alarms":
-            alarms[name] = n
-        elif kind == "retries":
-            if n:
-                retries[(name, num)] = n
-        elif kind == "executions":
-            if n:
-                executions[name] = n
-        elif kind == "objects":
-            objects[name] = n
-    return Counts(alarms, retries, executions, objects.get("stored", 0),
-                  objects.get("known", 0))
 
 
 def read_counters(conn: sqlite3.Connection) -> list[Row]:

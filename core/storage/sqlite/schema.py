@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from alarmtop.core.storage.tables import bulk_tables
+
 RUNTIME_MIGRATIONS: list[str] = [
     """
     CREATE TABLE alarms (
@@ -166,39 +168,7 @@ RUNTIME_MIGRATIONS: list[str] = [
     ALTER TABLE alarms ADD COLUMN paused_ms INTEGER;
     CREATE INDEX alarms_paused ON alarms (next_attempt_ms, object_class, object_name)
         WHERE paused_ms IS NOT NULL;
-    CREATE TABLE bulk_batches (
-        id TEXT PRIMARY KEY,
-        action TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        status TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        role TEXT,
-        reason TEXT,
-        note TEXT,
-        throttle INTEGER NOT NULL,
-        params TEXT NOT NULL,
-        total INTEGER NOT NULL DEFAULT 0,
-        done INTEGER NOT NULL DEFAULT 0,
-        failed INTEGER NOT NULL DEFAULT 0,
-        cancelled INTEGER NOT NULL DEFAULT 0,
-        created_ms INTEGER NOT NULL,
-        updated_ms INTEGER NOT NULL,
-        ended_ms INTEGER,
-        node TEXT,
-        prep_after TEXT
-    ) WITHOUT ROWID;
-    CREATE INDEX bulk_batches_status ON bulk_batches (status);
-    CREATE TABLE bulk_items (
-        batch_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        key TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error TEXT,
-        detail TEXT,
-        PRIMARY KEY (batch_id, seq)
-    ) WITHOUT ROWID;
-    CREATE INDEX bulk_items_status ON bulk_items (batch_id, status, seq)
-    """,
+    """ + bulk_tables("", "INTEGER", " WITHOUT ROWID"),
     # Listings served by indexes, counts kept with the writes (DESIGN section 12).
     #
     # `alarms.urgency` is the alarm's place in the console's order as one integer
