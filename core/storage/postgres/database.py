@@ -23,7 +23,7 @@ from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import LeaseLost, StorageError
 from alarmtop.core.storage.batches import coalesce, settle
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.postgres.failures import storage_error
+from alarmtop.core.storage.postgres.errors import storage_error
 from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from alarmtop.core.model.errors import SqlError, StorageError
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.postgres.failures import storage_error, unreachable
+from alarmtop.core.storage.postgres.errors import storage_error, unreachable
 from alarmtop.core.storage.postgres.object_sql import placeholders, rows_written
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
