@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ lint: $(STAMP)
 	for d in core server tui examples testing; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
 	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples -p alarmtop.testing
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken
+# link, a missing anchor or a page left out of the nav.
+docs: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python bench/physical_limits.py --quick
 	$(BIN)/python bench/alarm_fire.py --quick
@@ -38,4 +44,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/retry_ladder.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
