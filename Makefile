@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ lint: $(STAMP)
 	@# The import contracts (pyproject.toml, [tool.importlinter]) on the same layout.
 	PYTHONPATH=.typecheck $(BIN)/lint-imports --no-cache
 
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken
+# link, a missing anchor or a page left out of the nav.
+docs: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python bench/physical_limits.py --quick
 	$(BIN)/python bench/alarm_fire.py --quick
@@ -40,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/retry_ladder.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
