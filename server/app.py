@@ -150,7 +150,8 @@ class OpsServer:
         host, port: where to listen (port 0: any free one, then `self.port`).
         ssl_context: serve `wss://`; without it a non-loopback `host` is refused
             unless `insecure_no_tls`.
-        tick_s: how often the feed sends deltas.
+        tick_s: how often the feed sends deltas (and ended windows of refused commands
+            are written to the audit log).
         rate_per_s: commands a second per `/ops` connection.
         query_rate_per_s: queries a second per `/ops` connection.
         allow_origins: browser origins let in (e.g. `https://ops.example.com`).
@@ -225,6 +226,7 @@ class OpsServer:
         if not self._serving:
             self._serving = True
             self.feed.start()
+            self.tasks.spawn(self._refusal_summaries(), name="refusal summaries")
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
         """Close every connection and the port, within `grace_s` (None: however long
@@ -254,10 +256,29 @@ class OpsServer:
                 if server.handler_tasks:  # cancelled: most end on the next turn of the loop
                     await asyncio.wait(set(server.handler_tasks), timeout=min(0.1, left() or 0.1))
         left_behind = await self.tasks.close(grace_s=left())
+        await self._last_refusal_summaries(left())
         left_behind += await self.ops.close(grace_s=left())
         if server is not None:
             left_behind += sum(not t.done() for t in server.handler_tasks)
         self.abandoned = left_behind
+
+    async def _refusal_summaries(self) -> None:
+        """Write each window of coalesced refusals soon after it ends, with or without
+        more traffic (the audit log's times are the runtime's)."""
+        while True:
+            await asyncio.sleep(self.feed.tick_s)
+            try:
+                await self.ops.flush_refusals()
+            except Exception:  # the database going away (a stop): said, and tried again
+                log.exception("could not write the audit log's summary of refused commands")
+
+    async def _last_refusal_summaries(self, grace_s: float | None) -> None:
+        """At stop, the windows not ended yet: their counts are not lost."""
+        try:
+            async with asyncio.timeout(grace_s):
+                await self.ops.flush_refusals(everything=True)
+        except Exception:
+            log.exception("could not write the audit log's summary of refused commands")
 
     def _cut_off(self, server: Server) -> None:
         """Drop the connections and handlers that did not end in time."""
