@@ -16,6 +16,13 @@ and a command on a busy object fails alone, at its deadline (see `ops`). A
 connection has at most `MAX_IN_FLIGHT` frames running; past that the next frame
 is read once one of them ends (every one ends by its deadline).
 
+Until it is welcomed, a connection has shown no token and holds no place a
+console needs: it waits in a small lobby of its own, from accept (however far it
+gets: a silent TCP socket, a handshake, a WebSocket with no hello) for at most
+HANDSHAKE_TIMEOUT_S then HELLO_TIMEOUT_S; when the lobby is full, the address
+holding most of it loses its oldest (`admission`, `lobby`). The welcomed clients
+have their own cap, `max_clients`. Both are in the runtime's descriptor budget.
+
 `stop(grace_s)` is bounded: connections get a close frame, and whatever has not
 ended within the grace (a client that never answers the close, a handler stuck
 on an object) is cut off, so `alarmtop serve` and the console quit in time.
@@ -40,11 +47,11 @@ from websockets.http11 import Request, Response
 from alarmtop.core import Runtime
 from alarmtop.core.model.errors import AlarmtopError
 from alarmtop.core.ops import Supervisor
+from alarmtop.server.admission import Admission
 from alarmtop.server.auth import Tokens
 from alarmtop.server.feed import ClientChannel, Feed, Frame
 from alarmtop.server.guard import (
     CLOSE_POLICY,
-    CLOSE_TRY_AGAIN,
     RateLimit,
     Refusal,
     check_bind,
@@ -69,7 +76,11 @@ from alarmtop.server.wire import (
 log = logging.getLogger("alarmtop.server")
 _UNSERVED_LOG = logging.getLogger("alarmtop.server.unserved")
 _UNSERVED_LOG.setLevel(logging.WARNING)
-HELLO_TIMEOUT_S = 10.0
+# From accept to welcome, a connection has shown no token: it waits in a small lobby
+# of its own (`admission`), for a short while. A console says hello as soon as its
+# WebSocket is open; the handshake's deadline covers TLS on a slow link.
+HANDSHAKE_TIMEOUT_S = 5.0
+HELLO_TIMEOUT_S = 3.0
 # Commands change things and are audited: a person at a console sends a few a second.
 RATE_PER_S = 50.0
 RATE_BURST = 100.0
@@ -81,10 +92,17 @@ QUERY_BURST = 1000.0
 CLOSE_TIMEOUT_S = 5.0
 MAX_REJECTED = 20  # consecutive rate-limited frames before the connection is closed
 MAX_IN_FLIGHT = 64  # frames of one connection running at once
-MAX_OPS_CLIENTS = 256  # /ops connections at once (bench/fanout.py runs 100 viewers)
-# Sockets beside the capped ones, counted in the descriptor budget: the listening
-# socket, HTTP scrapes of /metrics, connections still in their handshake.
-SPARE_SOCKETS = 16
+MAX_OPS_CLIENTS = 256  # welcomed /ops connections at once (bench/fanout.py runs 100)
+# Connections not yet welcomed (handshakes, hellos, /metrics scrapes): room for a burst
+# of consoles starting at once (bench/fanout.py opens 100 together) and no more.
+MAX_PENDING = 128
+# How many connections the kernel queues for accepting, and so how many the event loop
+# accepts in one go (each one's descriptor open before the lobby sees it).
+ACCEPT_BACKLOG = 64
+# Sockets beside the capped ones, counted in the descriptor budget: an accepted batch
+# before the lobby counts it, the listening socket, and with TLS the sockets still in
+# their TLS handshake (which nothing counts; they last at most HANDSHAKE_TIMEOUT_S).
+SPARE_SOCKETS = ACCEPT_BACKLOG + 16
 STOP_GRACE_S = 0.5
 
 
@@ -132,13 +150,16 @@ class OpsServer:
         host, port: where to listen (port 0: any free one, then `self.port`).
         ssl_context: serve `wss://`; without it a non-loopback `host` is refused
             unless `insecure_no_tls`.
-        tick_s: how often the feed sends deltas.
+        tick_s: how often the feed sends deltas (and ended windows of refused commands
+            are written to the audit log).
         rate_per_s: commands a second per `/ops` connection.
         query_rate_per_s: queries a second per `/ops` connection.
         allow_origins: browser origins let in (e.g. `https://ops.example.com`).
         object_sockets: caps, pace and tokens of `/objects/...` sockets.
         command_timeout_s: the deadline of each command's answer.
-        max_clients: `/ops` connections at once.
+        max_clients: welcomed `/ops` connections at once.
+        max_pending: connections not yet welcomed at once, on every route (the lobby:
+            when it is full, the address holding most of it loses its oldest).
 
     The sockets it may hold (its caps) are reserved in the runtime's descriptor
     budget, checked when the runtime starts (or now, when it runs already).
@@ -151,15 +172,14 @@ class OpsServer:
                  allow_origins: Iterable[str] = (),
                  object_sockets: ObjectSocketLimits | None = None,
                  insecure_no_tls: bool = False, command_timeout_s: float = DEADLINE_S,
-                 max_clients: int = MAX_OPS_CLIENTS) -> None:
+                 max_clients: int = MAX_OPS_CLIENTS, max_pending: int = MAX_PENDING) -> None:
         check_bind(host, ssl_context is not None, insecure_no_tls)
         self.rt = runtime
         self.tokens = tokens
         self.host, self.port = host, port
         self._ssl = ssl_context
         self.ops = OpsService(runtime, command_timeout_s)
-        self.max_clients = max_clients
-        self.clients = 0  # /ops connections open, said hello or not
+        self.admission = Admission(max_clients, max_pending)
         self.tasks = Supervisor(None, "ops frames")  # each frame's answer
         self.feed = Feed(self.ops, tick_s)
         self.metrics = Metrics(runtime)
@@ -172,7 +192,13 @@ class OpsServer:
         self.abandoned = 0  # tasks the last stop() left behind
         limits = self.objects.limits
         runtime.reserve_descriptors(
-            "the ops server's sockets", max_clients + limits.max_total + SPARE_SOCKETS)
+            "the ops server's sockets",
+            max_clients + max_pending + limits.max_total + SPARE_SOCKETS)
+
+    @property
+    def clients(self) -> int:
+        """Welcomed `/ops` connections open now."""
+        return self.admission.clients
 
     async def bind(self) -> None:
         """Take the port without accepting connections yet: `alarmtop serve` binds
@@ -186,7 +212,9 @@ class OpsServer:
                                    process_request=self._process_request,
                                    max_size=MAX_FRAME_BYTES, ssl=self._ssl,
                                    close_timeout=CLOSE_TIMEOUT_S, logger=log,
-                                   compression=None, start_serving=False)
+                                   compression=None, start_serving=False,
+                                   open_timeout=HANDSHAKE_TIMEOUT_S, backlog=ACCEPT_BACKLOG,
+                                   create_connection=self.admission.connection_class())
         sock = next(iter(self._server.sockets))
         self.port = sock.getsockname()[1]
 
@@ -198,6 +226,7 @@ class OpsServer:
         if not self._serving:
             self._serving = True
             self.feed.start()
+            self.tasks.spawn(self._refusal_summaries(), name="refusal summaries")
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
         """Close every connection and the port, within `grace_s` (None: however long
@@ -227,10 +256,29 @@ class OpsServer:
                 if server.handler_tasks:  # cancelled: most end on the next turn of the loop
                     await asyncio.wait(set(server.handler_tasks), timeout=min(0.1, left() or 0.1))
         left_behind = await self.tasks.close(grace_s=left())
+        await self._last_refusal_summaries(left())
         left_behind += await self.ops.close(grace_s=left())
         if server is not None:
             left_behind += sum(not t.done() for t in server.handler_tasks)
         self.abandoned = left_behind
+
+    async def _refusal_summaries(self) -> None:
+        """Write each window of coalesced refusals soon after it ends, with or without
+        more traffic (the audit log's times are the runtime's)."""
+        while True:
+            await asyncio.sleep(self.feed.tick_s)
+            try:
+                await self.ops.flush_refusals()
+            except Exception:  # the database going away (a stop): said, and tried again
+                log.exception("could not write the audit log's summary of refused commands")
+
+    async def _last_refusal_summaries(self, grace_s: float | None) -> None:
+        """At stop, the windows not ended yet: their counts are not lost."""
+        try:
+            async with asyncio.timeout(grace_s):
+                await self.ops.flush_refusals(everything=True)
+        except Exception:
+            log.exception("could not write the audit log's summary of refused commands")
 
     def _cut_off(self, server: Server) -> None:
         """Drop the connections and handlers that did not end in time."""
@@ -280,17 +328,9 @@ class OpsServer:
         if refusal is not None:
             await refuse(conn, refusal, f"socket on {path[:40]!r}", address)
         elif path == "/ops":
-            if self.clients >= self.max_clients:
-                await refuse(conn, Refusal(CLOSE_TRY_AGAIN, f"server full: {self.max_clients}"
-                                           " ops clients connected; try again later"),
-                             "ops client", address)
-                return
-            self.clients += 1
-            try:
-                await self._ops(conn, address)
-            finally:
-                self.clients -= 1
+            await self._ops(conn, address)
         else:
+            self.admission.routed(conn)  # counted by the object sockets' caps from here
             await self.objects.serve(conn, path[len("/objects/"):], host, address)
 
     # -- the ops channel ------------------------------------------------------------------
@@ -329,7 +369,17 @@ class OpsServer:
         role = await self._hello(conn, address)
         if role is None:
             return
-        session = Session(role, address)
+        full = self.admission.welcome(conn)
+        if full is not None:
+            await refuse(conn, full, f"ops client ({role})", address)
+            return
+        try:
+            await self._welcomed(conn, Session(role, address))
+        finally:
+            self.admission.farewell()
+
+    async def _welcomed(self, conn: ServerConnection, session: Session) -> None:
+        role = session.role
 
         async def send(frame: Frame) -> None:
             await conn.send(frame, text=True)  # bytes are UTF-8 JSON already

@@ -11,6 +11,11 @@ no frame can skip its row. Queries are not audited: the console sends them on
 its own, many a second. Queries page and filter: a client never receives the
 whole world.
 
+Refusals are counted whole but written in full only up to a pace: past the first
+few of a window from one client address and role, they are coalesced into one
+row when the window ends ("N refused commands of kinds ..."; `refusals`), so a
+client refused in a loop cannot fill the disk through the audit log.
+
 Each command has a deadline (`deadline_s`, 5 s by default), and its answer comes
 by then. Waiting for a busy object's turn gives up at the deadline with the
 reason ("ClickCounter/home is busy running its alarm (started 12 s ago)") and
@@ -55,6 +60,7 @@ from alarmtop.server.listing import (
     window,
 )
 from alarmtop.server.operator_ops import OPERATOR_COMMANDS, OPERATOR_QUERIES, OperatorTools
+from alarmtop.server.refusals import RefusalLedger, Summary, host_of
 from alarmtop.server.wire import OPS, Command, Hello, ProtocolError, split_object
 
 DEFAULT_PAGE = 50
@@ -172,10 +178,12 @@ def unkeyed(listing: str, why: str, args: dict[str, Any]) -> None:
 class OpsService:
     """The commands and queries of the ops channel; `deadline_s` bounds each answer."""
 
-    def __init__(self, runtime: Runtime, deadline_s: float = DEADLINE_S) -> None:
+    def __init__(self, runtime: Runtime, deadline_s: float = DEADLINE_S,
+                 refusals: RefusalLedger | None = None) -> None:
         if not deadline_s > 0:
             raise ValueError(f"the command deadline is seconds > 0, not {deadline_s!r}")
         self.rt = runtime
+        self.refusals = refusals or RefusalLedger()
         self.totals = CountCache()
         self.deadline_s = deadline_s
         # Commands run in tasks of their own, so that one past its deadline is left to
@@ -238,7 +246,7 @@ class OpsService:
                                      "nothing)") from None
         if session.role != "operator":
             error = f"{cmd.op} needs the operator role; this connection is a {session.role}"
-            await self._record(session, cmd.op, cmd.args, "refused", error)
+            await self._refuse(session, cmd.op, cmd.args, error)
             raise PermissionError(error)
         answer = _Answer()
         work = self.tasks.spawn(self._apply(cmd, session, answer), name=f"ops {cmd.op}",
@@ -298,7 +306,33 @@ class OpsService:
         op, fields = (msg.op, msg.args) if isinstance(msg, Command) else (msg.op, msg.fields)
         if op is None or op in QUERY_OPS:
             return
-        await self._record(session, op, fields, "refused", error)
+        await self._refuse(session, op, fields, error)
+
+    async def _refuse(self, session: Session, op: str, fields: dict[str, Any],
+                      error: str) -> None:
+        """Audit a refusal: a row of its own, or counted in its window's summary."""
+        action = op if op in OPS else "unknown_op"
+        key = (host_of(session.address), session.role)
+        if self.refusals.note(key, action, self.rt.clock.now_ms(), session.address, error):
+            await self._record(session, op, fields, "refused", error)
+        await self.flush_refusals()
+
+    async def flush_refusals(self, everything: bool = False) -> int:
+        """Write the summary rows of the refusal windows that have ended (`everything`:
+        of all of them, at shutdown); how many rows."""
+        ledger = self.refusals
+        summaries = ledger.take_all() if everything else ledger.take(self.rt.clock.now_ms())
+        for summary in summaries:
+            await self._record_summary(summary)
+        return len(summaries)
+
+    async def _record_summary(self, summary: Summary) -> None:
+        detail = {"outcome": "refused", "count": summary.count, "ops": dict(summary.ops),
+                  "from_ms": summary.start_ms, "to_ms": summary.end_ms,
+                  "clients": summary.clients, "error": safe_text(summary.last_error)}
+        await self.rt.audit.record(summary.host, "refused_commands", None,
+                                   summary.text(self.refusals.full_rows), ok=False,
+                                   role=summary.role, detail=detail)
 
     async def _record(self, session: Session, op: str, fields: dict[str, Any], outcome: str,
                      error: str | None, data: Any = None) -> None:

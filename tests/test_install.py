@@ -119,6 +119,20 @@ def test_the_wheel_builds_and_installs_without_deprecation_warnings(
     assert Path(where.stdout.strip()).is_relative_to(installed.bin.parent), where.stdout
 
 
+def test_the_wheel_builds_without_package_warnings_and_ships_the_templates(
+        installed: Installed, tmp_path: Path) -> None:
+    """setuptools warned that `alarmtop.tui.web.templates` is absent from `packages` (it
+    says that will become an error); `alarmtop web`'s pages are in the wheel."""
+    warned = [line for line in installed.output.splitlines()
+              if re.search(r"BuildBackendWarning|SetuptoolsWarning|absent from the `packages`",
+                           line)]
+    assert warned == [], "\n".join(warned)
+    pages = installed.run("python", "-c", "from importlib.resources import files; "
+                          "t = files('alarmtop.tui.web') / 'templates'; "
+                          "print(sorted(p.name for p in t.iterdir()))", cwd=tmp_path)
+    assert pages.stdout.strip() == "['app_index.html', 'login.html']", show(pages)
+
+
 def test_the_installed_command_answers_help(installed: Installed, tmp_path: Path) -> None:
     console = installed.run("alarmtop", "--help", cwd=tmp_path)
     assert console.returncode == 0, show(console)

@@ -3,13 +3,18 @@
     alarmtop web --demo                       # the embedded demo, its tokens saved
     alarmtop web --url ws://HOST:8765/ops     # an ops server; log in with its token
     alarmtop web --demo --session-idle-h 1    # a login unused for an hour ends
+    alarmtop web --url ... --public-origin https://ops.example.com   # behind a TLS proxy
 
 It binds 127.0.0.1 only (the login is a password over plain HTTP: put a TLS proxy
-in front to reach it from elsewhere). A login lasts while it is used: one idle
-for `--session-idle-h` hours (no request, no console open) ends, and the console
-page's "Log out" ends it at once. A mistake (a URL that is not a WebSocket
-URL, nothing listening there, the port in use, textual-serve missing) is one line
-and a non-zero exit: 2 for the command line, 1 for the rest.
+in front to reach it from elsewhere, and name the proxy's origin with
+`--public-origin`; the cookie is then `Secure`). A login lasts while it is used:
+one idle for `--session-idle-h` hours (no request, no console open) ends, and the
+console page's "Log out" ends it at once. With `--demo` the tokens come from
+ALARMTOP_OPERATOR_TOKEN / ALARMTOP_VIEWER_TOKEN when set, else from the data
+folder (made there on first start), as with `alarmtop serve`. The port is taken
+first: a mistake (a URL that is not a WebSocket URL, nothing listening there, the
+port in use, textual-serve missing) is one line and a non-zero exit, 2 for the
+command line, 1 for the rest, and starts nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import asyncio
 import contextlib
 import logging
 import math
-import secrets
+import os
 import signal
+import socket
 from pathlib import Path
 
 from alarmtop.tui.cli import Parser, UsageError, check_url, demo_data, fail, port_number
@@ -48,6 +54,16 @@ def idle_hours(text: str) -> float:
     return hours
 
 
+def public_origin(text: str) -> str:
+    """argparse type of --public-origin: an http(s) origin, no path."""
+    from alarmtop.tui.web.limits import origin_of
+
+    try:
+        return origin_of(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_web_parser() -> argparse.ArgumentParser:
     p = Parser(prog=PROG, description="Serve the console to a browser on 127.0.0.1, behind "
                "a login that checks the token against the ops server.")
@@ -65,7 +81,27 @@ def build_web_parser() -> argparse.ArgumentParser:
     p.add_argument("--session-idle-h", type=idle_hours, default=DEFAULT_IDLE_H,
                    metavar="HOURS", help="a login not used for this long ends: no request "
                    f"and no console open (default {DEFAULT_IDLE_H:g}; a fraction is fine)")
+    p.add_argument("--public-origin", type=public_origin, action="append", default=[],
+                   metavar="URL", help="an origin the page is also served at, e.g. a TLS "
+                   "proxy's https://ops.example.com (repeatable); logins from any origin "
+                   "other than these and this server's own are refused")
+    p.add_argument("--secure-cookie", action="store_true", help="mark the session cookie "
+                   "Secure even on logins that did not come over https")
     return p
+
+
+def listen(port: int) -> socket.socket:
+    """The web port, taken before anything else starts; OSError if it cannot be."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 async def check_reachable(url: str) -> None:
@@ -81,32 +117,29 @@ async def check_reachable(url: str) -> None:
         raise WebError(f"cannot connect to {url}: {exc.reason}") from None
 
 
-async def serve_web(ops_url: str, target: str, port: int, args: argparse.Namespace,
-                    note: str = "") -> None:
-    """Serve until SIGINT or SIGTERM."""
+async def serve_web(ops_url: str, target: str, sock: socket.socket,
+                    args: argparse.Namespace, note: str = "") -> None:
+    """Serve on `sock` (bound already) until SIGINT or SIGTERM."""
     from aiohttp import web
 
-    from alarmtop.server.serve import bind_error
     from alarmtop.tui.cli import probe
     from alarmtop.tui.web.server import WebConsole, bound_url
 
     console = WebConsole(ops_url, lambda token: probe(ops_url, token), target,
                          read_only=args.read_only, confirm=not args.no_confirm,
-                         idle_s=args.session_idle_h * 3600)
+                         idle_s=args.session_idle_h * 3600,
+                         public_origins=args.public_origin, secure_cookie=args.secure_cookie)
     runner = web.AppRunner(console.make_app(), access_log=None, shutdown_timeout=3.0)
     await runner.setup()
-    try:
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise WebError(str(bind_error(exc, "127.0.0.1", port))) from None
+    await web.SockSite(runner, sock).start()
     console.public_url = bound_url(runner)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    print(f"{PROG}: the console of {target} on {console.public_url}/ (log in with an "
+    also = "".join(f", and as {o}/" for o in console.public_origins)
+    print(f"{PROG}: the console of {target} on {console.public_url}/{also} (log in with an "
           f"operator or viewer token{note}); Ctrl-C stops", flush=True)
     try:
         await stop.wait()
@@ -114,23 +147,35 @@ async def serve_web(ops_url: str, target: str, port: int, args: argparse.Namespa
         await runner.cleanup()
 
 
-async def serve_demo(data_dir: Path, port: int, args: argparse.Namespace) -> None:
-    """The demo runtime and its ops server in this process, its tokens saved under
-    `data_dir` for the login, and the web console on it."""
+async def serve_demo(data_dir: Path, sock: socket.socket, args: argparse.Namespace) -> None:
+    """The demo runtime and its ops server in this process, and the web console on it.
+    Its tokens are the environment's, else those saved under `data_dir` (made and saved
+    there on first start), like `alarmtop serve`'s."""
     from alarmtop.examples.demo import build_demo_runtime, drive_demo
-    from alarmtop.server.auth import Tokens, save_tokens, token_path
+    from alarmtop.server.auth import read_tokens, save_tokens
     from alarmtop.tui.cli import embedded, stop_driver
 
+    try:
+        tokens, new = read_tokens(data_dir)
+    except ValueError as exc:  # a token file not to use, or the same token for both roles
+        raise WebError(str(exc)) from None
     rt = build_demo_runtime(data_dir)
-    tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
     async with embedded(rt, tokens) as server:
-        save_tokens(tokens, ["operator", "viewer"], data_dir)
+        save_tokens(tokens, new, data_dir)
         driver = asyncio.create_task(drive_demo(rt))
         try:
-            await serve_web(server.url, f"demo@127.0.0.1:{server.port}", port, args,
-                            f": the operator's is in {token_path(data_dir, 'operator')}")
+            await serve_web(server.url, f"demo@127.0.0.1:{server.port}", sock, args,
+                            f": the operator's is {operator_token_source(data_dir)}")
         finally:
             await stop_driver(driver)
+
+
+def operator_token_source(data_dir: Path) -> str:
+    """Where the demo's operator token is, as the startup line says it."""
+    from alarmtop.server.auth import token_path
+
+    var = "ALARMTOP_OPERATOR_TOKEN"
+    return f"in ${var}" if os.environ.get(var) else f"in {token_path(data_dir, 'operator')}"
 
 
 def web_main(argv: list[str]) -> int:
@@ -140,7 +185,7 @@ def web_main(argv: list[str]) -> int:
     except ImportError:
         return fail(NEEDS_EXTRA, 1, PROG)
     from alarmtop.core.model.errors import AlarmtopError
-    from alarmtop.server.serve import ServeError, check_data_dir
+    from alarmtop.server.serve import ServeError, bind_error, check_data_dir
 
     logging.getLogger("alarmtop").addHandler(logging.NullHandler())
     try:
@@ -150,14 +195,20 @@ def web_main(argv: list[str]) -> int:
     except (UsageError, ServeError) as exc:
         return fail(exc, 2, PROG)
     try:
+        sock = listen(args.port)  # first: a port in use starts (and prints) nothing
+    except OSError as exc:
+        return fail(bind_error(exc, "127.0.0.1", args.port), 1, PROG)
+    try:
         with contextlib.suppress(KeyboardInterrupt):
             if url is not None:
                 asyncio.run(check_reachable(url))
                 target = url.split("://", 1)[-1].split("/", 1)[0]
-                asyncio.run(serve_web(url, target, args.port, args))
+                asyncio.run(serve_web(url, target, sock, args))
             else:
                 with demo_data(args.data_dir) as (data_dir, _):
-                    asyncio.run(serve_demo(data_dir, args.port, args))
+                    asyncio.run(serve_demo(data_dir, sock, args))
     except (WebError, AlarmtopError) as exc:
         return fail(exc, 1, PROG)
+    finally:
+        sock.close()
     return 0
