@@ -174,7 +174,6 @@ class Runtime:
         self.socket_event = self.calls.socket_event
         self.registered_class = self._classes.registered
         self.policy_for = self._classes.policy_for
-        self.sweep = self.scheduler.sweep
         self.rearm, self.fire_now = alarms.rearm, alarms.fire_now
         self.clear_dead_letter = alarms.clear_dead_letter
         self.pause_alarm, self.resume_alarm = alarms.pause_alarm, alarms.resume_alarm
@@ -246,6 +245,11 @@ class Runtime:
         for none. Raises `DescriptorBudget` when it cannot fit."""
         # Running: the runtime database and the objects resident now are open already.
         return self._descriptors.check(1 + self.host.live_count if self.running else None)
+
+    async def sweep(self) -> int:
+        """Run the sweeper now; how many overdue alarms it re-queued."""
+        self._state.check()
+        return await self.scheduler.sweep()
 
     def fleet_events(self) -> FleetEvents | None:
         """A puller of the other nodes' events (None when this runtime is no fleet's

@@ -48,22 +48,22 @@ async def test_an_event_between_the_recoverys_read_and_its_write_is_not_overwrit
     await db.write([running])
 
     reading, gate = asyncio.Event(), asyncio.Event()
-    real = sched._intent_of
-    assert real is not None
+    firing = rt._dispatcher  # what the scheduler asks for an object's intent
+    real = firing.intent_of
 
     async def slow_intent(rec: Any, storage: Any = None) -> Any:
         intent = await real(rec)
         reading.set()
         await gate.wait()  # the recovery has read; an event may come now
         return intent
-    sched._intent_of = slow_intent
+    firing.intent_of = slow_intent  # type: ignore[method-assign]
     recovering = asyncio.ensure_future(sched.recover(running, "the node died (test)"))
     await asyncio.wait_for(reading.wait(), 5)
     event = asyncio.ensure_future(obj.arm(SOON))  # earlier than FAR
     await asyncio.sleep(0.1)  # the event runs now if nothing holds the object's turn
     gate.set()
     await asyncio.wait_for(asyncio.gather(recovering, event), 5)
-    sched._intent_of = real
+    firing.intent_of = real  # type: ignore[method-assign]
 
     assert await obj.alarm_at() == SOON
     row = await rows.get(("Sets", "s"))

@@ -65,6 +65,7 @@ class Counting:
         self.gate.set()
         self.fail: Exception | None = None
         self.backend = object()
+        self.node = None  # no fleet node: one runtime
         self.rows: list[dict[str, Any]] = [{"node_id": "n1", "up": True}]
 
     async def nodes(self) -> list[dict[str, Any]]:
