@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from alarmtop.core import Event, configure_logging
@@ -298,11 +298,25 @@ def _fail(message: object, code: int, prog: str = "alarmtop") -> int:
     return code
 
 
+class ServeParser(Parser):
+    """`alarmtop serve`'s: an unknown flag is reported before a missing --app (argparse
+    checks required arguments first, so `serve --frob` said --app was missing)."""
+
+    def parse_known_args(self, args: Any = None,
+                         namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not extras and not parsed.app and not parsed.demo:
+            self.error("one of the arguments --app --demo is required")
+        return parsed, extras
+
+
 def build_serve_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="alarmtop serve", description="Run a runtime and its ops server "
-               "(WebSocket /ops, object sockets, /metrics).")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--app", help="MODULE:FACTORY; FACTORY(data_dir) returns a Runtime")
+    p = ServeParser(prog="alarmtop serve", description="Run a runtime and its ops server "
+                    "(WebSocket /ops, object sockets, /metrics).")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--app", help="MODULE:FACTORY: FACTORY(data_dir) returns a Runtime; "
+                     "MODULE is looked for in the current folder first (e.g. myapp:build "
+                     "for build() in ./myapp.py), then among the installed packages")
     src.add_argument("--demo", action="store_true", help="serve the embedded demo")
     p.add_argument("--data-dir", type=Path, default=Path("./data"))
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
@@ -362,6 +376,7 @@ def serve_main(argv: list[str]) -> int:
     from alarmtop.server.guard import check_bind
     from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
+        AppError,
         ServeError,
         build_runtime,
         check_data_dir,
@@ -389,13 +404,15 @@ def serve_main(argv: list[str]) -> int:
         elif args.node_id:
             raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
                              "ALARMTOP_POSTGRES_DSN) too")
+        if args.demo:
+            from alarmtop.examples.demo import build_demo_runtime
+            factory = build_demo_runtime
+        else:
+            factory = load_factory(args.app)
+    except AppError as exc:  # the app's own code: not the command line
+        return _fail(exc, 1, prog)
     except (ValueError, ServeError, AlarmtopError) as exc:  # TokenFileError: a ValueError
         return _fail(exc, 2, prog)
-    if args.demo:
-        from alarmtop.examples.demo import build_demo_runtime
-        factory = build_demo_runtime
-    else:
-        factory = load_factory(args.app)
 
     async def run() -> None:
         rt = await build_runtime(lambda d: call_factory(factory, d, backend), args.data_dir)
