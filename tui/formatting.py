@@ -161,11 +161,16 @@ def audit_target(row: dict[str, Any]) -> str:
 
 def audit_cells(row: dict[str, Any],
                 width: int = 40) -> tuple[str, str, str, str, str, str, str, str]:
-    """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`)."""
+    """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`;
+    a snooze's says by how much first)."""
+    detail = row.get("detail") if isinstance(row.get("detail"), dict) else {}
+    reason = row.get("reason")
+    if isinstance(detail.get("by_ms"), int):
+        reason = f"by {duration(detail['by_ms'])}" + (f": {reason}" if reason else "")
     return (clock_text(row.get("at_ms")), str(row.get("node") or "-"),
             str(row.get("actor", "?")), row.get("role") or "-",
             str(row.get("action", "?")), audit_target(row),
-            "ok" if row.get("ok") else "refused", first_line(row.get("reason"), width))
+            "ok" if row.get("ok") else "refused", first_line(reason, width))
 
 
 def fault_cells(row: dict[str, Any],

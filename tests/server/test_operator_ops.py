@@ -103,6 +103,12 @@ async def test_pause_snooze_and_the_board_over_the_wire(
     actions = [(r["action"], r["ok"]) for r in await rt.audit.list(limit=50)]
     assert ("pause_alarm", True) in actions and ("fire_timer", False) in actions
     assert ("snooze_alarm", True) in actions
+    # The snooze's row says by how much, and where it moved the alarm to.
+    (row,) = [r for r in await rt.audit.list(limit=50) if r["action"] == "snooze_alarm"]
+    assert row["detail"] == {"outcome": "ok", "by_ms": 10_000,
+                             "until_ms": START_MS + 12_000}
+    listed = await viewer.ok("audit", filter="snooze")
+    assert listed["rows"][0]["detail"]["by_ms"] == 10_000
 
 
 async def test_fire_and_snooze_an_execution_timer_from_the_board(
@@ -119,6 +125,9 @@ async def test_fire_and_snooze_an_execution_timer_from_the_board(
     assert (row["kind"], row["target"]) == ("wait", "w1")
     moved = await tools.run("snooze_timer", {"key": row["key"], "by_ms": 60_000}, *who)
     assert moved["due_ms"] == row["due_ms"] + 60_000
+    (audited,) = await rt.audit.list(limit=1)
+    assert audited["detail"] == {"outcome": "ok", "by_ms": 60_000,
+                                 "until_ms": row["due_ms"] + 60_000}
     (row,) = (await tools.run("timers", {}, *who))["rows"]
     await tools.run("fire_timer", {"key": row["key"]}, *who)
     await clock.advance(0.01)

@@ -285,6 +285,15 @@ def test_audit_cells_show_a_callbacks_execution() -> None:
     assert cells[5:7] == ("Flaky/p-7", "refused") and len(cells[7]) == 20
 
 
+def test_a_snoozes_audit_row_says_by_how_much() -> None:
+    row = {"seq": 3, "at_ms": 1_800_000_000_000, "actor": "127.0.0.1:50412",
+           "role": "operator", "action": "snooze_alarm", "target": "Flaky/p-7",
+           "reason": None, "ok": True, "detail": {"outcome": "ok", "by_ms": 86_400_000}}
+    assert audit_cells(row)[7] == "by 1d0h"
+    with_reason = {**row, "reason": "deploy first", "detail": {"by_ms": 300_000}}
+    assert audit_cells(with_reason)[7] == "by 5m00s: deploy first"
+
+
 def test_fault_cells() -> None:
     row = {"id": "f1", "target": "hsf-day2", "kind": "step_crash", "remaining": None,
            "triggered": 3, "step": "reserve", "point": "B", "seconds": None}
