@@ -302,8 +302,8 @@ class ServeParser(Parser):
     """`alarmtop serve`'s: an unknown flag is reported before a missing --app (argparse
     checks required arguments first, so `serve --frob` said --app was missing)."""
 
-    def parse_known_args(self, args: Any = None,
-                         namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]
+            self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
         if not extras and not parsed.app and not parsed.demo:
             self.error("one of the arguments --app --demo is required")
