@@ -177,10 +177,21 @@ async def _run_demo(data_dir: Path, duration: float | None,
             leave_now(0, abandoned=True, cleanup=cleanup)
 
 
+def distribution_version() -> str:
+    """The installed distribution's version (pyproject's, once installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("alarmtop")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="alarmtop", description="Watch and steer durable objects, alarms and "
                "sagas. `alarmtop serve --help` for the server, `alarmtop web --help` for the "
-               "console in a browser.")
+               "console in a browser. Also `python -m alarmtop`.")
+    p.add_argument("--version", action="version",
+                   version=f"alarmtop {distribution_version()}")
     p.add_argument("--demo", action="store_true",
                    help="run the embedded demo runtime and server in this process")
     p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", DEFAULT_URL),
