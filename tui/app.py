@@ -34,7 +34,7 @@ from alarmtop.tui import collector
 from alarmtop.tui.bulk import BulkBook
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.commands import console_commands
-from alarmtop.tui.compat import compose_ahead, mode_started, restyle_pending
+from alarmtop.tui.compat import compose_ahead, drawing_driver, mode_started, restyle_pending
 from alarmtop.tui.listings import ServerListings
 from alarmtop.tui.marks import Marks
 from alarmtop.tui.messages import BulkChanged, Reload, StateChanged
@@ -139,6 +139,11 @@ class AlarmtopApp(App[None]):
         self.snapshots = 0
         self.marks = Marks()  # rows marked for a bulk action, in every view, by identity
         self.bulks = BulkBook()  # the bulk batches heard of (events, answers)
+
+    def get_driver_class(self) -> Any:
+        """Textual's, but drawing on the terminal when stderr is redirected
+        (`compat.drawing_driver`): `alarmtop --demo 2>err.log` drew into the file."""
+        return drawing_driver(super().get_driver_class())
 
     # -- who we are ------------------------------------------------------------------------
 
