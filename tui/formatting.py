@@ -152,6 +152,21 @@ def clock_text(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
 
 
+def paused_text(row: dict[str, Any], now_ms: int) -> str:
+    """A paused alarm in words: since when, who paused it and why when the detail
+    says (`paused_by`, `paused_reason`), and what the pause means."""
+    since = row.get("paused_ms")
+    out = "PAUSED" + (f" since {clock_text(since)} UTC ({relative(since, now_ms)})"
+                      if since is not None else "")
+    if row.get("paused_by"):
+        out += f" by {row['paused_by']}"
+    if row.get("paused_reason"):
+        out += f": {first_line(row['paused_reason'], 80)}"
+    elif "paused_reason" in row:
+        out += ", no reason given"
+    return out + "\nnothing fires until it is resumed (p); its retry count is kept"
+
+
 def audit_target(row: dict[str, Any]) -> str:
     """A callback's opaque id is shown as the execution it belongs to."""
     if row.get("execution_id"):

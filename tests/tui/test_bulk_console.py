@@ -661,6 +661,12 @@ async def test_pause_snooze_and_resume_an_alarm(harness: Harness) -> None:
         await until(pilot, lambda: cell_text(pilot, "#alarm-page", ref)[0].endswith("‖"),
                     "the paused mark")
         await until(pilot, lambda: "PAUSED" in static_text(pilot, "#attempts"), "the detail")
+        # since when, who and why (the README says the detail does)
+        await until(pilot, lambda: ": vendor maintenance" in static_text(pilot, "#attempts"),
+                    "who paused it and why")
+        detail = static_text(pilot, "#attempts")
+        assert re.search(r"PAUSED since \d\d:\d\d:\d\d UTC \((now|[\d.]+s ago)\) by "
+                         r"127\.0\.0\.1:\d+: vendor maintenance", detail), detail
         assert pilot.app.screen.active_bindings["p"].binding.description == "Resume"
         due = status.next_attempt_ms
         await pilot.press("z")

@@ -25,6 +25,7 @@ from alarmtop.tui.formatting import (
     first_line,
     object_cells,
     outcome,
+    paused_text,
     pretty_json,
     relative,
     retry_text,
@@ -283,6 +284,18 @@ def test_audit_cells_show_a_callbacks_execution() -> None:
     cells = audit_cells(refused, width=20)
     assert cells[1] == "node-b"  # the node that ran it
     assert cells[5:7] == ("Flaky/p-7", "refused") and len(cells[7]) == 20
+
+
+def test_a_paused_alarm_says_since_when_who_and_why() -> None:
+    row = {"paused": True, "paused_ms": NOW - 125_000}
+    assert paused_text(row, NOW) == ("PAUSED since 07:57:55 UTC (2m05s ago)\nnothing fires "
+                                     "until it is resumed (p); its retry count is kept")
+    full = {**row, "paused_by": "127.0.0.1:50412", "paused_reason": "vendor maintenance"}
+    assert paused_text(full, NOW).startswith(
+        "PAUSED since 07:57:55 UTC (2m05s ago) by 127.0.0.1:50412: vendor maintenance\n")
+    unknown = {**row, "paused_by": None, "paused_reason": None}
+    assert paused_text(unknown, NOW).startswith("PAUSED since 07:57:55 UTC (2m05s ago), no "
+                                                "reason given\n")
 
 
 def test_a_snoozes_audit_row_says_by_how_much() -> None:
