@@ -178,7 +178,8 @@ def audit_cells(row: dict[str, Any],
                 width: int = 40) -> tuple[str, str, str, str, str, str, str, str]:
     """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`;
     a snooze's says by how much first)."""
-    detail = row.get("detail") if isinstance(row.get("detail"), dict) else {}
+    raw = row.get("detail")
+    detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
     reason = row.get("reason")
     if isinstance(detail.get("by_ms"), int):
         reason = f"by {duration(detail['by_ms'])}" + (f": {reason}" if reason else "")
