@@ -154,6 +154,13 @@ class AlarmtopApp(App[None]):
         return self.read_only_flag or self.state.role == "viewer"
 
     @property
+    def read_only_reason(self) -> str:
+        """Why no action is offered, for what a refused key says."""
+        if self.state.role == "viewer":
+            return "this console is read-only (a viewer's token)"
+        return "this console is read-only (--read-only)"
+
+    @property
     def role_label(self) -> str:
         if self.state.role == "viewer":
             return "viewer (read-only)"
