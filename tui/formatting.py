@@ -87,6 +87,25 @@ def first_line(text: str | None, width: int = 60) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+def shorten_name(text: str, width: int) -> str:
+    """A name ("Class/name", "handler/id") cut to `width` by what tells it apart from its
+    neighbours: the part after the slash stays whole and the class gives way
+    ("LeaseLed…/tenant-42"); when even that does not fit, or there is no slash, the
+    middle goes ("tenant-4…0442"). Cut at the end, five tenants of one ledger all read
+    "LeaseLedger/tenan…" at 80 columns."""
+    if len(text) <= width or width < 2:
+        return text[:max(width, 0)]
+    head, slash, tail = text.rpartition("/")
+    room = width - len(tail) - 1  # what is left for the part before the slash
+    if slash and room >= 2:
+        return f"{head[:room - 1]}…/{tail}"
+    if slash and width >= len(tail) + 2:
+        return f"…/{tail}"
+    keep = width - 1
+    front = keep - keep // 2
+    return f"{text[:front]}…{text[len(text) - keep // 2:]}" if keep // 2 else text[:front] + "…"
+
+
 def alarm_cells(row: dict[str, Any], now_ms: int,
                 error_width: int = 48) -> tuple[str, str, str, str, str, str]:
     """state, object, due in, retry, next try, last error (cut to `error_width`)."""

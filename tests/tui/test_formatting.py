@@ -30,6 +30,7 @@ from alarmtop.tui.formatting import (
     relative,
     retry_text,
     saga_line,
+    shorten_name,
     sparkline,
     urgency,
 )
@@ -284,6 +285,28 @@ def test_audit_cells_show_a_callbacks_execution() -> None:
     cells = audit_cells(refused, width=20)
     assert cells[1] == "node-b"  # the node that ran it
     assert cells[5:7] == ("Flaky/p-7", "refused") and len(cells[7]) == 20
+
+
+@pytest.mark.parametrize(("name", "width", "cut"), [
+    ("LeaseLedger/tenant-42", 40, "LeaseLedger/tenant-42"),  # fits: as it is
+    ("LeaseLedger/tenant-42", 18, "LeaseLe…/tenant-42"),  # the class gives way
+    ("LeaseLedger/tenant-4", 13, "Lea…/tenant-4"),
+    ("LeaseLedger/tenant-4", 10, "…/tenant-4"),  # the class gone, the name whole
+    ("LeaseLedger/tenant-42", 9, "Leas…t-42"),  # not even the name: the middle goes
+    ("festival-stream/hsf-day1", 14, "fest…/hsf-day1"),
+    ("8f1c2d3e4f5a6b7c9d0e", 9, "8f1c…9d0e"),  # no slash: the middle goes
+    ("abcdef", 2, "a…"),
+])
+def test_a_name_is_cut_by_what_tells_it_apart(name: str, width: int, cut: str) -> None:
+    assert shorten_name(name, width) == cut
+    assert len(cut) <= width
+
+
+def test_five_tenants_cut_to_one_width_stay_five_names() -> None:
+    """The bug: at 80 columns five ledgers all read "LeaseLedger/tenan…"."""
+    names = [f"LeaseLedger/tenant-{n}" for n in (3, 7, 9, 42, 108)]
+    assert len({shorten_name(n, 18) for n in names}) == 5
+    assert len({n[:17] + "…" for n in names}) == 1  # what cutting at the end did
 
 
 def test_a_paused_alarm_says_since_when_who_and_why() -> None:

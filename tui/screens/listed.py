@@ -45,7 +45,7 @@ class ListPane:
                  stylers: dict[int, Styler] | None = None) -> None:
         self.id, self.listing, self.title, self.kinds = table_id, listing, title, kinds
         self.table = ConsoleTable(id=table_id, stylers={0: styled_state} if stylers is None
-                                  else stylers)
+                                  else stylers, names=listing.names())
         self.table.border_title = title
         self.pager = Pager(ListQuery(listing.name, fixed=fixed), size)
         self.versions: dict[str, int] = {}

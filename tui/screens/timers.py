@@ -86,7 +86,7 @@ class TimersScreen(MarkingMixin):
         self.note = ""
         self.loaded = False
         self.cursors = Cursors()
-        self.table = ConsoleTable(id="timer-board", stylers={0: due_cell})
+        self.table = ConsoleTable(id="timer-board", stylers={0: due_cell}, names=(2,))
         self.table.border_title = TITLE
         self.loader = Loader(self, self._load, RefreshGate(), "timers")
         self._versions: tuple[int, int] = (-1, -1)

@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import RowKey
 
 from alarmtop.tui.compat import forget_renders, set_cells_in_place
+from alarmtop.tui.formatting import shorten_name
 
 Row = tuple[str, Sequence[Any]]  # (key, cells), cells as plain values
 Styler = Callable[[Any], Any]  # a plain cell value to what the table draws
@@ -68,9 +69,10 @@ class ConsoleTable(DataTable[Any]):
     HOLD_S = 3.0
 
     def __init__(self, *, id: str, stylers: Mapping[int, Styler] | None = None,
-                 hold_s: float | None = None) -> None:
+                 hold_s: float | None = None, names: Iterable[int] = ()) -> None:
         super().__init__(id=id, cursor_type="row")
         self._stylers = dict(stylers or {})
+        self.names = frozenset(names)  # columns of names: cut by `shorten_name`
         self._shown: dict[str, tuple[Any, ...]] = {}
         self._columns_shown: tuple[ColumnSpec, ...] = ()
         self.hold_s = self.HOLD_S if hold_s is None else hold_s
@@ -229,9 +231,10 @@ class ConsoleTable(DataTable[Any]):
     def _styled(self, column: int, value: Any) -> Any:
         """What the table draws for a plain value: styled, and a text too long for its
         column cut with an ellipsis (a DataTable crops it without one, and a name cut
-        silently reads as another name). A plain string becomes a `Text`: DataTable
-        parses strings as markup, which costs most of a cell's render and turns an
-        error message such as "expected '[/]'" into markup (or a markup error)."""
+        silently reads as another name), a name by the end that tells it apart. A plain
+        string becomes a `Text`: DataTable parses strings as markup, which costs most of
+        a cell's render and turns an error message such as "expected '[/]'" into markup
+        (or a markup error)."""
         if isinstance(value, Held):
             drawn = self._styled(column, value.value)
             drawn = drawn.copy() if isinstance(drawn, Text) else Text(str(drawn), end="")
@@ -240,7 +243,8 @@ class ConsoleTable(DataTable[Any]):
         if isinstance(value, str) and column < len(self._columns_shown):
             width = self._columns_shown[column][1]
             if len(value) > width > 1:
-                value = value[:width - 1] + "…"
+                value = (shorten_name(value, width) if column in self.names
+                         else value[:width - 1] + "…")
         styler = self._stylers.get(column)
         if styler is not None:
             return styler(value)
