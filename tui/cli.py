@@ -63,8 +63,9 @@ class Parser(argparse.ArgumentParser):
 def format_event(event: Event) -> str:
     when = datetime.fromtimestamp(event.at_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")
     data = dict(event.data)
-    obj = data.pop("object", "")
-    rest = " ".join(f"{k}={v}" for k, v in data.items())
+    obj = data.pop("object", None) or ""
+    # Fields an event has no value for say nothing ("id=None name=None" said noise).
+    rest = " ".join(f"{k}={v}" for k, v in data.items() if v is not None)
     return f"{when[:-3]}  {event.type:<24} {obj:<28} {rest}".rstrip()
 
 

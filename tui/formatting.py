@@ -58,6 +58,12 @@ def relative(at_ms: int | None, now_ms: int) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
 
 
+def ago(at_ms: int | None, now_ms: int) -> str:
+    """`relative` for a time that has passed: a change the server made a moment after
+    the console's clock last heard from it reads "now", not "in 0.1s"."""
+    return relative(None if at_ms is None else min(at_ms, now_ms), now_ms)
+
+
 def count(n: int) -> str:
     return f"{n:,}"
 
@@ -150,7 +156,7 @@ def execution_cells(row: dict[str, Any], now_ms: int,
     if row.get("paused"):
         detail = f"paused; {detail}" if detail else "paused"
     return (paused_label(label, row), f"{row.get('name')}/{row.get('execution_id')}",
-            first_line(detail, width), relative(row.get("updated_ms"), now_ms))
+            first_line(detail, width), ago(row.get("updated_ms"), now_ms))
 
 
 def object_cells(row: dict[str, Any], now_ms: int,

@@ -30,9 +30,10 @@ from alarmtop.tui.screens.bulk_dialogs import (
     SelectionDialog,
     bulk_args,
     keys_text,
+    matching,
 )
 from alarmtop.tui.screens.executions import ExecutionsScreen
-from alarmtop.tui.screens.timers import OLD_SERVER, TimersScreen
+from alarmtop.tui.screens.timers import OLD_SERVER, TimersScreen, board_span
 from alarmtop.tui.timers import Cursors, countdown, overdue, timer_cells
 from tests.tui.conftest import (
     FAST_RETRY,
@@ -155,6 +156,18 @@ def test_countdowns_flag_what_is_overdue() -> None:
     cursors = Cursors()
     cursors.learn(0, [{"key": [i]} for i in range(1, 201)])
     assert cursors.nearest(0) == (0, None) and cursors.nearest(150) == (150, [150])
+
+
+def test_a_preview_says_how_many_match_in_good_english() -> None:
+    assert matching(1, "alarms") == "1 alarm matches"  # not "1 alarm match"
+    assert matching(1_240, "executions") == "1,240 executions match"
+
+
+def test_the_board_says_how_many_it_holds_as_far_as_it_knows() -> None:
+    """The board's subtitle said "1-10" and no total; an empty one "0-0"."""
+    assert board_span(0, 10, more=False) == "1-10 of 10"
+    assert board_span(100, 100, more=True) == "101-200 of more than 200  pgdn: next"
+    assert board_span(0, 0, more=False) == "none"
 
 
 # -- marking, against the server -----------------------------------------------------------

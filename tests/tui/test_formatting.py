@@ -13,6 +13,7 @@ from alarmtop.tui.formatting import (
     SPARK,
     STATE_LABEL,
     STATE_STYLE,
+    ago,
     alarm_cells,
     alarm_label,
     audit_cells,
@@ -250,6 +251,15 @@ def test_execution_cells_show_the_saga_only_when_it_matters(status: str,
     assert label == status.upper().replace("NEEDS_HUMAN", "NEEDS-HUMAN")
     assert (ref, updated) == ("f/e1", "now")
     assert detail.startswith("saga: ") if shows_saga else detail == "-"
+
+
+def test_a_change_made_after_the_consoles_clock_read_is_now_not_in_the_future() -> None:
+    """The server stamps a change a moment after the console's clock last heard from it:
+    "updated in 0.1s" read as a change to come."""
+    r = {"execution_id": "e1", "name": "n", "status": "running", "updated_ms": NOW + 100}
+    assert execution_cells(r, NOW)[3] == "now"
+    assert ago(NOW + 5_000, NOW) == "now" and ago(NOW - 5_000, NOW) == "5.0s ago"
+    assert ago(None, NOW) == "-"
 
 
 def test_execution_cells_cut_a_long_detail() -> None:

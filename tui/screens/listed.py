@@ -125,7 +125,7 @@ class ListPane:
     def subtitle(self) -> str:
         first, last, total = self.pager.span()
         about = "about " if self.pager.shown.approximate else ""
-        text = f"{about}{first:,}-{last:,} of {count(total)}"
+        text = f"{about}{first:,}-{last:,} of {count(total)}" if last else "none"
         if last < total:
             text += "  pgdn: next"
         if not self.pager.loaded and not self.pager.error:

@@ -55,6 +55,18 @@ SHORT_TITLE = "Timers, soonest first"
 OLD_SERVER = "execution timers only: this server has no timers board (alarms not listed)"
 
 
+def board_span(first: int, shown: int, more: bool) -> str:
+    """Where the page is on the board, and the board's size as far as it is known: the
+    server pages the board by key and does not count it, so past the last page the
+    total is what was shown, and before it "more than"."""
+    if not shown:
+        return "none" if not first else f"none past {first:,}"
+    last = first + shown
+    if more:
+        return f"{first + 1:,}-{last:,} of more than {last:,}  pgdn: next"
+    return f"{first + 1:,}-{last:,} of {last:,}"
+
+
 def due_cell(text: str) -> Text:
     marked_row = text.startswith(MARK)
     body = text.removeprefix(MARK)
@@ -166,9 +178,7 @@ class TimersScreen(MarkingMixin):
                              marks.summary()) if p]
         title = SHORT_TITLE if narrow else TITLE
         table.border_title = title + (f"  [{'  '.join(extra)}]" if extra else "")
-        first = self.first + 1 if self.rows else 0
-        sub = f"{first:,}-{self.first + len(self.rows):,}" + (
-            "  pgdn: next" if self.more else "")
+        sub = board_span(self.first, len(self.rows), self.more)
         table.border_subtitle = sub if self.loaded else "loading…"
         self.refresh_actions()
 
