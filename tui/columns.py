@@ -145,9 +145,10 @@ OBJECTS = Listing(
     cells=lambda r, now, w: object_cells(r, now, w), default_sort="object")
 AUDIT = Listing(
     "audit", "audit row",
-    (Column("when", 8, "when"), Column("node", 12, "node", 6), Column("who", 21, "who", 8),
-     Column("role", 8, "role", 6),
-     Column("action", 18, "action", 12), Column("target", 30, "target", 14, name=True),
+    # The minimums let the reason column (a snooze's "by 1d0h") show at 80 columns.
+    (Column("when", 8, "when"), Column("node", 12, "node", 3), Column("who", 21, "who", 5),
+     Column("role", 8, "role", 4),
+     Column("action", 18, "action", 11), Column("target", 30, "target", 12, name=True),
      Column("ok", 7, "ok"), Column("reason", 0, "reason")),
     key=lambda r: str(r["seq"]),
     cells=lambda r, now, w: audit_cells(r, w), default_sort="when", default_desc=True)
