@@ -137,13 +137,15 @@ class RedriveDialog(_CheckedDialog):
             yield Label("Every recorded result before it is kept; it and the operations "
                         "after it run again, and the execution timeout starts anew.",
                         classes="hint")
+            # The reason first: it has the focus, and a form scrolled down to it on a
+            # small terminal would hide what it is about.
+            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
+                                        placeholder="why (for the audit log)"))
             yield Static(replay_text(self.report, "" if self.report.get("clean") else
                                      "Forcing runs it against a log the handler disagrees "
                                      "with."), id="replay")
             yield field("version", Input(v.get("version", ""), compact=True, id="version",
                                          placeholder=f"pinned: {self.report.get('version')}"))
-            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
-                                        placeholder="why (for the audit log)"))
             yield Label(self.problem, id="problem", classes="problem")
             yield from self.buttons()
 
@@ -184,6 +186,8 @@ class ForkDialog(_CheckedDialog):
         with Vertical(classes="dialog"):
             yield Label(f"Fork {self.label}: a new execution that keeps its recorded results "
                         "before the operation chosen, then runs from it", classes="question")
+            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
+                                        placeholder="why (for the audit log)"))
             yield field("from", Select([(op.label(), op.op_id) for op in self.ops],
                                        value=v.get("from_step", self.start), compact=True,
                                        id="from_step", allow_blank=False))
@@ -194,8 +198,6 @@ class ForkDialog(_CheckedDialog):
                                         placeholder="empty: made up"))
             yield field("version", Input(v.get("version", ""), compact=True, id="version",
                                          placeholder=f"pinned: {self.report.get('version')}"))
-            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
-                                        placeholder="why (for the audit log)"))
             yield Label(self.problem, id="problem", classes="problem")
             yield from self.buttons()
 
