@@ -20,12 +20,13 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check core server tui examples testing tests bench
+	$(BIN)/ruff check top core server tui examples testing tests bench
 	@# mypy cannot follow the editable install's folder mapping: give it the same
 	@# layout as the installed package through links.
 	mkdir -p .typecheck/alarmtop
 	for d in core server tui examples testing; do ln -sfn ../../$$d .typecheck/alarmtop/$$d; done
-	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop.core -p alarmtop.server -p alarmtop.tui -p alarmtop.examples -p alarmtop.testing
+	for f in __init__.py __main__.py; do ln -sfn ../../top/$$f .typecheck/alarmtop/$$f; done
+	MYPYPATH=.typecheck $(BIN)/mypy -p alarmtop
 	@# The import contracts (pyproject.toml, [tool.importlinter]) on the same layout.
 	PYTHONPATH=.typecheck $(BIN)/lint-imports --no-cache
 

@@ -3,7 +3,8 @@ alarms, the timers board with fire now / snooze, and bulk actions.
 
 Kept apart from `ops.py` as `execution_ops` is: `wire.OPS` takes
 `operator_ops(Field)` and `ops.py` sends these ops here. Every command audits
-itself here (one row, whatever the outcome, the client's address as actor),
+itself here (one row, whatever the outcome, the client's address as actor; a
+snooze's row says by how much, `by_ms`, and where it moved the alarm to),
 except `bulk_start`, which the bulk service audits: a refusal at once, an
 accepted batch as one row when it ends (besides one row per item). Queries
 (`timers`, `bulk`, `bulks`) are open to viewers and not audited.
@@ -53,6 +54,22 @@ OPERATOR_QUERIES = frozenset({"timers", "bulk", "bulks"})
 DEFAULT_BOARD_PAGE = 100
 
 
+def asked_for(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """What the audit row of `op` keeps of its arguments besides target and reason: a
+    snooze says by how much."""
+    if op in ("snooze_alarm", "snooze_timer") and isinstance(args.get("by_ms"), int):
+        return {"by_ms": args["by_ms"]}
+    return {}
+
+
+def moved_to(op: str, data: Any) -> dict[str, Any]:
+    """Where a snooze moved the alarm to (its next attempt), for its audit row."""
+    if op not in ("snooze_alarm", "snooze_timer") or not isinstance(data, dict):
+        return {}
+    until = data.get("next_attempt_ms", data.get("due_ms"))  # an alarm's, a wait's
+    return {"until_ms": until} if isinstance(until, int) else {}
+
+
 class OperatorTools:
     """Applies the operator-tool ops to a runtime, as `actor` (the client address)."""
 
@@ -82,15 +99,17 @@ class OperatorTools:
         target = args.get("object") or args.get("batch_id")
         if target is None and isinstance(args.get("key"), list) and len(args["key"]) >= 3:
             target = args["key"][2]
+        asked = asked_for(op, args)
         try:
             data = await handler(args, actor, role)
         except Exception as exc:
             await self.rt.audit.record(actor, op, safe_text(target), safe_text(
                 args.get("reason")), ok=False, role=role,
-                detail={"outcome": "failed", "error": safe_text(str(exc))})
+                detail={"outcome": "failed", "error": safe_text(str(exc)), **asked})
             raise
         await self.rt.audit.record(actor, op, safe_text(target), safe_text(args.get("reason")),
-                                   ok=True, role=role, detail={"outcome": "ok"})
+                                   ok=True, role=role, detail={"outcome": "ok", **asked,
+                                                               **moved_to(op, data)})
         return data
 
     # -- object alarms ------------------------------------------------------------------

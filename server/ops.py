@@ -66,6 +66,7 @@ from alarmtop.server.wire import OPS, Command, Hello, ProtocolError, split_objec
 DEFAULT_PAGE = 50
 ALARM_STATES = ("pending", "running", "retrying", "dead")
 SNAPSHOT_ROWS = 50
+PAUSE_SCAN = 5000  # audit rows read back, at most, for who paused an alarm and why
 QUERY_OPS = frozenset(op for op, (operator, _) in OPS.items() if not operator)
 # The runtime audits these itself, one row each with the client as actor.
 EXECUTION_OPS = (frozenset({"retry_compensation", "resolve", "abort", "hand_to_human"})
@@ -452,9 +453,33 @@ class OpsService:
         return total
 
     async def _alarm(self, args: dict[str, Any]) -> Any:
+        """One alarm in full; a paused one also says who paused it and why
+        (`paused_by`, `paused_reason`: None when no audit row says)."""
         cls, name = split_object(args["object"])
         status = await self.rt.alarm(cls, name)
-        return None if status is None else alarm_row(status)
+        if status is None:
+            return None
+        row = alarm_row(status)
+        if status.paused_ms is not None:
+            row.update(await self._pause_of(row["object"], status.paused_ms))
+        return row
+
+    async def _pause_of(self, obj: str, since_ms: int) -> dict[str, Any]:
+        """Who paused `obj`'s alarm and why, from the audit row of that pause (the
+        console's, or a bulk item's): the rows are read newest first, back to the
+        pause's time at most (and `PAUSE_SCAN` rows), as the record keeps no reason."""
+        store, after, read = self.rt.backend.audit_rows, None, 0
+        while read < PAUSE_SCAN:
+            rows = await store.audit_page(after, 200)
+            for r in rows:
+                if int(r["at_ms"]) < since_ms:
+                    return {"paused_by": None, "paused_reason": None}
+                if r["action"] == "pause_alarm" and r["target"] == obj and r["ok"]:
+                    return {"paused_by": r["actor"], "paused_reason": r["reason"]}
+            if len(rows) < 200:
+                break
+            after, read = keys.check_cursor("audit.seq", [rows[-1]["seq"]]), read + len(rows)
+        return {"paused_by": None, "paused_reason": None}
 
     async def objects(self, args: dict[str, Any]) -> Any:
         """Every object the runtime knows of: with storage, with an alarm, an execution

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from alarmtop.core import Runtime
+from alarmtop.core.errors import AlarmtopError
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens, read_tokens, save_tokens
 from alarmtop.server.ops import DEADLINE_S
@@ -45,27 +46,67 @@ class ServeError(Exception):
     """A mistake in how the server was started; the message says how to fix it."""
 
 
-def load_factory(spec: str) -> Any:
-    """`package.module:factory` -> the factory; a clear error when it cannot be found."""
+class AppError(ServeError):
+    """The `--app` module or its factory failed (its code, not the command line)."""
+
+
+def load_factory(spec: str, folder: Path | None = None) -> Any:
+    """`module:factory` -> the factory. The module is found as `python -m` and uvicorn
+    find it: in the current folder (`folder`) first, then among the installed
+    packages. `ServeError` when the spec names nothing, `AppError` when the module or
+    the factory is wrong: one line each, saying what to fix."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"--app takes MODULE:FACTORY (e.g. myapp.runtime:build), not {spec!r}")
+        raise ServeError(f"--app takes MODULE:FACTORY (e.g. myapp:build for build() in "
+                         f"./myapp.py), not {spec!r}")
+    here = str((folder or Path.cwd()).resolve())
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SystemExit(f"--app: cannot import {module_name!r}: {exc}") from None
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        if exc.name is not None and (module_name == exc.name
+                                     or module_name.startswith(exc.name + ".")):
+            raise ServeError(f"--app {spec}: no module {module_name!r} in {here} or among "
+                             f"the installed packages (run from the folder that holds "
+                             f"{top}.py, or install it)") from None
+        raise AppError(f"--app {spec}: importing {module_name} failed: {exc}") from None
+    except SyntaxError as exc:
+        where = f"{exc.filename}, line {exc.lineno}" if exc.filename else module_name
+        raise AppError(f"--app {spec}: {where}: {exc.msg}") from None
+    except Exception as exc:  # anything the module's own code raised as it was imported
+        raise AppError(f"--app {spec}: importing {module_name} raised "
+                       f"{type(exc).__name__}: {exc}") from None
     factory = getattr(module, attr, None)
     if not callable(factory):
-        raise SystemExit(f"--app: {module_name} has no callable {attr!r}")
+        raise ServeError(f"--app {spec}: {module_name} has no callable {attr!r}")
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin, say: its call says
+        return factory
+    try:
+        signature.bind(here)
+    except TypeError:
+        raise AppError(f"--app {spec}: the factory is called as {attr}(data_dir) and "
+                       f"returns a Runtime, but it is {attr}{signature}") from None
     return factory
 
 
 async def build_runtime(factory: Any, data_dir: Path) -> Runtime:
-    rt = factory(data_dir)
-    if inspect.isawaitable(rt):
-        rt = await rt
+    """The runtime `factory(data_dir)` builds (it may be async); `AppError` when the
+    factory raises or returns anything else (an `AlarmtopError` passes as it is)."""
+    try:
+        rt = factory(data_dir)
+        if inspect.isawaitable(rt):
+            rt = await rt
+    except AlarmtopError:
+        raise
+    except Exception as exc:
+        raise AppError(f"--app: the factory raised {type(exc).__name__}: {exc}") from None
     if not isinstance(rt, Runtime):
-        raise SystemExit("--app: the factory must return an alarmtop Runtime (not started)")
+        raise AppError(f"--app: the factory must return an alarmtop Runtime (not started), "
+                       f"not {type(rt).__name__}")
     return rt
 
 

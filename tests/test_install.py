@@ -31,7 +31,8 @@ from tests.testing.test_user_project import USER_FILE
 from tests.tui.test_tmux import POLL_S, Terminal
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "core", "server", "tui", "examples", "testing")
+SOURCES = ("pyproject.toml", "README.md", "top", "core", "server", "tui", "examples",
+           "testing")
 PIP_S = 240.0  # a cold pip cache downloads setuptools and the dependencies
 DEMO_S = 30.0  # the demo's festival needs a few seconds to need a human
 QUIT_S = 10.0
@@ -140,6 +141,10 @@ def test_the_installed_command_answers_help(installed: Installed, tmp_path: Path
     serve = installed.run("alarmtop", "serve", "--help", cwd=tmp_path)
     assert serve.returncode == 0, show(serve)
     assert serve.stdout.startswith("usage: alarmtop serve") and "--app" in serve.stdout
+    version = installed.run("alarmtop", "--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.startswith("alarmtop 0."), show(version)
+    as_module = installed.run("python", "-m", "alarmtop", "--version", cwd=tmp_path)
+    assert as_module.returncode == 0 and as_module.stdout == version.stdout, show(as_module)
     web = installed.run("alarmtop", "web", "--help", cwd=tmp_path)
     assert web.returncode == 0, show(web)
     assert web.stdout.startswith("usage: alarmtop web") and "--demo" in web.stdout

@@ -34,7 +34,7 @@ from alarmtop.tui import collector
 from alarmtop.tui.bulk import BulkBook
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.commands import console_commands
-from alarmtop.tui.compat import compose_ahead, mode_started, restyle_pending
+from alarmtop.tui.compat import compose_ahead, drawing_driver, mode_started, restyle_pending
 from alarmtop.tui.listings import ServerListings
 from alarmtop.tui.marks import Marks
 from alarmtop.tui.messages import BulkChanged, Reload, StateChanged
@@ -140,6 +140,11 @@ class AlarmtopApp(App[None]):
         self.marks = Marks()  # rows marked for a bulk action, in every view, by identity
         self.bulks = BulkBook()  # the bulk batches heard of (events, answers)
 
+    def get_driver_class(self) -> Any:
+        """Textual's, but drawing on the terminal when stderr is redirected
+        (`compat.drawing_driver`): `alarmtop --demo 2>err.log` drew into the file."""
+        return drawing_driver(super().get_driver_class())
+
     # -- who we are ------------------------------------------------------------------------
 
     @property
@@ -147,6 +152,13 @@ class AlarmtopApp(App[None]):
         """No action is offered: `--read-only`, or a viewer token (the server would
         refuse every one)."""
         return self.read_only_flag or self.state.role == "viewer"
+
+    @property
+    def read_only_reason(self) -> str:
+        """Why no action is offered, for what a refused key says."""
+        if self.state.role == "viewer":
+            return "this console is read-only (a viewer's token)"
+        return "this console is read-only (--read-only)"
 
     @property
     def role_label(self) -> str:

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from alarmtop.core import Event, configure_logging
@@ -63,8 +63,9 @@ class Parser(argparse.ArgumentParser):
 def format_event(event: Event) -> str:
     when = datetime.fromtimestamp(event.at_ms / 1000, tz=UTC).strftime("%H:%M:%S.%f")
     data = dict(event.data)
-    obj = data.pop("object", "")
-    rest = " ".join(f"{k}={v}" for k, v in data.items())
+    obj = data.pop("object", None) or ""
+    # Fields an event has no value for say nothing ("id=None name=None" said noise).
+    rest = " ".join(f"{k}={v}" for k, v in data.items() if v is not None)
     return f"{when[:-3]}  {event.type:<24} {obj:<28} {rest}".rstrip()
 
 
@@ -177,10 +178,21 @@ async def _run_demo(data_dir: Path, duration: float | None,
             leave_now(0, abandoned=True, cleanup=cleanup)
 
 
+def distribution_version() -> str:
+    """The installed distribution's version (pyproject's, once installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("alarmtop")
+    except PackageNotFoundError:
+        return "(not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="alarmtop", description="Watch and steer durable objects, alarms and "
                "sagas. `alarmtop serve --help` for the server, `alarmtop web --help` for the "
-               "console in a browser.")
+               "console in a browser. Also `python -m alarmtop`.")
+    p.add_argument("--version", action="version",
+                   version=f"alarmtop {distribution_version()}")
     p.add_argument("--demo", action="store_true",
                    help="run the embedded demo runtime and server in this process")
     p.add_argument("--url", default=os.environ.get("ALARMTOP_URL", DEFAULT_URL),
@@ -298,11 +310,25 @@ def fail(message: object, code: int, prog: str = "alarmtop") -> int:
     return code
 
 
+class ServeParser(Parser):
+    """`alarmtop serve`'s: an unknown flag is reported before a missing --app (argparse
+    checks required arguments first, so `serve --frob` said --app was missing)."""
+
+    def parse_known_args(  # type: ignore[override]
+            self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not extras and not parsed.app and not parsed.demo:
+            self.error("one of the arguments --app --demo is required")
+        return parsed, extras
+
+
 def build_serve_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="alarmtop serve", description="Run a runtime and its ops server "
-               "(WebSocket /ops, object sockets, /metrics).")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--app", help="MODULE:FACTORY; FACTORY(data_dir) returns a Runtime")
+    p = ServeParser(prog="alarmtop serve", description="Run a runtime and its ops server "
+                    "(WebSocket /ops, object sockets, /metrics).")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--app", help="MODULE:FACTORY: FACTORY(data_dir) returns a Runtime; "
+                     "MODULE is looked for in the current folder first (e.g. myapp:build "
+                     "for build() in ./myapp.py), then among the installed packages")
     src.add_argument("--demo", action="store_true", help="serve the embedded demo")
     p.add_argument("--data-dir", type=Path, default=Path("./data"))
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; "
@@ -362,6 +388,7 @@ def serve_main(argv: list[str]) -> int:
     from alarmtop.server.guard import check_bind
     from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
+        AppError,
         ServeError,
         build_runtime,
         check_data_dir,
@@ -389,13 +416,15 @@ def serve_main(argv: list[str]) -> int:
         elif args.node_id:
             raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
                              "ALARMTOP_POSTGRES_DSN) too")
+        if args.demo:
+            from alarmtop.examples.demo import build_demo_runtime
+            factory = build_demo_runtime
+        else:
+            factory = load_factory(args.app)
+    except AppError as exc:  # the app's own code: not the command line
+        return fail(exc, 1, prog)
     except (ValueError, ServeError, AlarmtopError) as exc:  # TokenFileError: a ValueError
         return fail(exc, 2, prog)
-    if args.demo:
-        from alarmtop.examples.demo import build_demo_runtime
-        factory = build_demo_runtime
-    else:
-        factory = load_factory(args.app)
 
     async def run() -> None:
         rt = await build_runtime(lambda d: call_factory(factory, d, backend), args.data_dir)

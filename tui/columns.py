@@ -35,6 +35,7 @@ class Column:
     # How narrow it may get on a small terminal (0: not narrower); for the flexible
     # column, how wide it should stay while others can give way.
     min: int = 0
+    name: bool = False  # it holds names: cut keeping the part that tells them apart
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class Listing:
     cells: Callable[[Row, int, int], tuple[Any, ...]]  # row, now_ms, flexible width
     default_sort: str  # the column key of the listing's own order
     default_desc: bool = False
+
+    def names(self) -> list[int]:
+        """The columns that hold names."""
+        return [i for i, c in enumerate(self.columns) if c.name]
 
     def sort_keys(self) -> list[str]:
         return [c.sort for c in self.columns if c.sort is not None]
@@ -120,35 +125,36 @@ def badge(query: ListQuery, listing: Listing) -> str:
 
 ALARMS = Listing(
     "alarms", "alarm",
-    (Column("state", 11, "state"), Column("object", 34, "object", 20),
+    (Column("state", 11, "state"), Column("object", 34, "object", 20, name=True),
      Column("due in", 10, "due", 9), Column("retry", 6, "retry", 5),
      Column("next try", 10, "next", 9), Column("last error", 0, "error", 14)),
     key=lambda r: str(r["object"]),
     cells=lambda r, now, w: alarm_cells(r, now, w), default_sort="state")
 EXECUTIONS = Listing(
     "executions", "execution",
-    (Column("status", 14, "status"), Column("execution", 34, "execution", 24),
+    (Column("status", 14, "status"), Column("execution", 34, "execution", 24, name=True),
      Column("waiting on / saga", 0, "waiting", 30), Column("updated", 10, "updated", 9)),
     key=lambda r: str(r["execution_id"]),
     cells=lambda r, now, w: execution_cells(r, now, w), default_sort="status")
 OBJECTS = Listing(
     "objects", "object",
-    (Column("object", 0, "object", 24), Column("where", 11, "where", 10),
+    (Column("object", 0, "object", 24, name=True), Column("where", 11, "where", 10),
      Column("storage", 7), Column("sockets", 7, "sockets"), Column("alarm", 12, "alarm", 9),
      Column("alarm state", 11, "state")),
     key=lambda r: str(r["object"]),
     cells=lambda r, now, w: object_cells(r, now, w), default_sort="object")
 AUDIT = Listing(
     "audit", "audit row",
-    (Column("when", 8, "when"), Column("node", 12, "node", 6), Column("who", 21, "who", 8),
-     Column("role", 8, "role", 6),
-     Column("action", 18, "action", 12), Column("target", 30, "target", 14),
+    # The minimums let the reason column (a snooze's "by 1d0h") show at 80 columns.
+    (Column("when", 8, "when"), Column("node", 12, "node", 3), Column("who", 21, "who", 5),
+     Column("role", 8, "role", 4),
+     Column("action", 18, "action", 11), Column("target", 30, "target", 12, name=True),
      Column("ok", 7, "ok"), Column("reason", 0, "reason")),
     key=lambda r: str(r["seq"]),
     cells=lambda r, now, w: audit_cells(r, w), default_sort="when", default_desc=True)
 FAULTS = Listing(
     "faults", "fault",
-    (Column("id", 5, "id"), Column("target", 34, "target", 16),
+    (Column("id", 5, "id"), Column("target", 34, "target", 16, name=True),
      Column("kind", 17, "kind", 12), Column("remaining", 9, "remaining"),
      Column("triggered", 9, "triggered"), Column("step/point/secs", 0)),
     key=lambda r: str(r["id"]),

@@ -14,12 +14,19 @@ of them fails that test and this file, nothing else.
 3. `set_cells_in_place` / `forget_renders`: change DataTable cells without dropping
    every render cache of the table (`update_cell` bumps `_update_count`, which
    keys all of them): a changed countdown re-rendered all 42 visible lines.
+4. `drawing_driver`: Textual's Linux driver draws on stderr (`LinuxDriver._file`) and
+   asks stdout for the terminal's size (`_get_terminal_size`), so `alarmtop --demo
+   2>err.log` showed a blank terminal and wrote megabytes of escape codes into the
+   file. `TerminalDriver` draws on the terminal instead; stderr keeps the logs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from textual.app import App
 from textual.cache import LRUCache
@@ -129,3 +136,67 @@ def _row_at(table: DataTable[Any], y: int) -> RowKey | None:
 def _discard(cache: LRUCache[K, Any], doomed: Callable[[K], bool]) -> None:
     for key in [k for k in cache.keys() if doomed(k)]:
         cache.discard(key)
+
+
+# -- 4. drawing on the terminal, not on a redirected stderr ------------------------------
+
+try:  # Textual's driver for Linux and macOS terminals (termios)
+    from textual.drivers.linux_driver import LinuxDriver
+except ImportError:  # pragma: no cover - Windows: its driver draws on stdout
+    LinuxDriver = None  # type: ignore[assignment,misc]
+
+
+def terminal_output() -> tuple[TextIO | None, bool]:
+    """The stream the console should draw on instead of stderr, and whether it was
+    opened here (to close after): stdout when stderr is not the terminal and stdout
+    is, else the process's terminal (`/dev/tty`); (None, False) when stderr will do
+    (it is the terminal, or there is no terminal at all)."""
+    for stream in (sys.__stderr__, sys.__stdout__):
+        if stream is not None and _is_terminal(stream):
+            return (None, False) if stream is sys.__stderr__ else (stream, False)
+    try:
+        return open("/dev/tty", "w", encoding="utf-8"), True
+    except OSError:
+        return None, False
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (ValueError, OSError):  # closed
+        return False
+
+
+if LinuxDriver is not None:
+
+    class TerminalDriver(LinuxDriver):
+        """`LinuxDriver`, drawing on the terminal rather than on a redirected stderr."""
+
+        def __init__(self, app: Any, **options: Any) -> None:
+            super().__init__(app, **options)
+            self._terminal, self._opened = terminal_output()
+            if self._terminal is not None:
+                self._file = self._terminal  # type: ignore[assignment]
+
+        def _get_terminal_size(self) -> tuple[int, int]:
+            # Textual asks stdout for the size: not the terminal when it is redirected.
+            if self._terminal is not None:
+                with contextlib.suppress(ValueError, OSError):
+                    size = os.get_terminal_size(self._terminal.fileno())
+                    return size.columns, size.lines
+            return super()._get_terminal_size()
+
+        def close(self) -> None:
+            super().close()  # its writer thread is done with the stream
+            if self._opened and self._terminal is not None:
+                with contextlib.suppress(OSError):
+                    self._terminal.close()
+
+
+def drawing_driver(driver: type[Any]) -> type[Any]:
+    """The driver the console runs with: `TerminalDriver` in place of Textual's plain
+    terminal driver; any other (the browser's under `alarmtop web`, the tests'
+    headless one) as it is."""
+    if LinuxDriver is not None and driver is LinuxDriver:
+        return TerminalDriver
+    return driver

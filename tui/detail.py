@@ -16,11 +16,11 @@ from alarmtop.tui.formatting import (
     EXEC_STYLE,
     SAGA_MARK,
     SAGA_STYLE,
+    ago,
     event_time,
     first_line,
     outcome,
     pretty_json,
-    relative,
 )
 
 EVENT_STYLE = {"Failed": "red", "TimedOut": "red", "Succeeded": "green", "Started": "cyan",
@@ -71,12 +71,12 @@ def summary_text(d: dict[str, Any], now_ms: int) -> Text:
     out.append(f" {status.upper()} ", style=EXEC_STYLE.get(status, ""))
     out.append(f"  outcome: {outcome(d)}\n")
     out.append(f"v{d.get('version', '?')}  invocations {d.get('invocations', '?')}  "
-               f"started {relative(d.get('created_ms'), now_ms)}  "
-               f"updated {relative(d.get('updated_ms'), now_ms)}  "
-               f"ended {relative(d.get('ended_ms'), now_ms)}\n", style="dim")
+               f"started {ago(d.get('created_ms'), now_ms)}  "
+               f"updated {ago(d.get('updated_ms'), now_ms)}  "
+               f"ended {ago(d.get('ended_ms'), now_ms)}\n", style="dim")
     if d.get("paused"):
         out.append(f"PAUSED ({d.get('paused_reason') or 'no reason given'}, "
-                   f"{relative(d.get('paused_ms'), now_ms)}): it runs nothing until resumed "
+                   f"{ago(d.get('paused_ms'), now_ms)}): it runs nothing until resumed "
                    "(p); its timers keep their due times\n", style="bold magenta")
     if d.get("redrives") or d.get("forked_from"):
         out.append(_lineage(d) + "\n", style="cyan")

@@ -58,6 +58,12 @@ def relative(at_ms: int | None, now_ms: int) -> str:
     return f"in {duration(delta)}" if delta > 0 else f"{duration(-delta)} ago"
 
 
+def ago(at_ms: int | None, now_ms: int) -> str:
+    """`relative` for a time that has passed: a change the server made a moment after
+    the console's clock last heard from it reads "now", not "in 0.1s"."""
+    return relative(None if at_ms is None else min(at_ms, now_ms), now_ms)
+
+
 def count(n: int) -> str:
     return f"{n:,}"
 
@@ -85,6 +91,25 @@ def first_line(text: str | None, width: int = 60) -> str:
         return "-"
     line = text.strip().splitlines()[0] if text.strip() else "-"
     return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def shorten_name(text: str, width: int) -> str:
+    """A name ("Class/name", "handler/id") cut to `width` by what tells it apart from its
+    neighbours: the part after the slash stays whole and the class gives way
+    ("LeaseLed…/tenant-42"); when even that does not fit, or there is no slash, the
+    middle goes ("tenant-4…0442"). Cut at the end, five tenants of one ledger all read
+    "LeaseLedger/tenan…" at 80 columns."""
+    if len(text) <= width or width < 2:
+        return text[:max(width, 0)]
+    head, slash, tail = text.rpartition("/")
+    room = width - len(tail) - 1  # what is left for the part before the slash
+    if slash and room >= 2:
+        return f"{head[:room - 1]}…/{tail}"
+    if slash and width >= len(tail) + 2:
+        return f"…/{tail}"
+    keep = width - 1
+    front = keep - keep // 2
+    return f"{text[:front]}…{text[len(text) - keep // 2:]}" if keep // 2 else text[:front] + "…"
 
 
 def alarm_cells(row: dict[str, Any], now_ms: int,
@@ -131,7 +156,7 @@ def execution_cells(row: dict[str, Any], now_ms: int,
     if row.get("paused"):
         detail = f"paused; {detail}" if detail else "paused"
     return (paused_label(label, row), f"{row.get('name')}/{row.get('execution_id')}",
-            first_line(detail, width), relative(row.get("updated_ms"), now_ms))
+            first_line(detail, width), ago(row.get("updated_ms"), now_ms))
 
 
 def object_cells(row: dict[str, Any], now_ms: int,
@@ -152,6 +177,21 @@ def clock_text(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S")
 
 
+def paused_text(row: dict[str, Any], now_ms: int) -> str:
+    """A paused alarm in words: since when, who paused it and why when the detail
+    says (`paused_by`, `paused_reason`), and what the pause means."""
+    since = row.get("paused_ms")
+    out = "PAUSED" + (f" since {clock_text(since)} UTC ({relative(since, now_ms)})"
+                      if since is not None else "")
+    if row.get("paused_by"):
+        out += f" by {row['paused_by']}"
+    if row.get("paused_reason"):
+        out += f": {first_line(row['paused_reason'], 80)}"
+    elif "paused_reason" in row:
+        out += ", no reason given"
+    return out + "\nnothing fires until it is resumed (p); its retry count is kept"
+
+
 def audit_target(row: dict[str, Any]) -> str:
     """A callback's opaque id is shown as the execution it belongs to."""
     if row.get("execution_id"):
@@ -161,11 +201,17 @@ def audit_target(row: dict[str, Any]) -> str:
 
 def audit_cells(row: dict[str, Any],
                 width: int = 40) -> tuple[str, str, str, str, str, str, str, str]:
-    """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`)."""
+    """when, node (which ran it), who, role, action, target, ok, reason (cut to `width`;
+    a snooze's says by how much first)."""
+    raw = row.get("detail")
+    detail: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    reason = row.get("reason")
+    if isinstance(detail.get("by_ms"), int):
+        reason = f"by {duration(detail['by_ms'])}" + (f": {reason}" if reason else "")
     return (clock_text(row.get("at_ms")), str(row.get("node") or "-"),
             str(row.get("actor", "?")), row.get("role") or "-",
             str(row.get("action", "?")), audit_target(row),
-            "ok" if row.get("ok") else "refused", first_line(row.get("reason"), width))
+            "ok" if row.get("ok") else "refused", first_line(reason, width))
 
 
 def fault_cells(row: dict[str, Any],

@@ -239,6 +239,7 @@ class Pager:
         self.direction = 1
         self.generation = 0
         self.shown = Shown([], 0)
+        self.shown_generation = 0  # the generation `shown` was fetched in
         self.shown_for: tuple[ListQuery, int] | None = None  # (query, offset) of `shown`
         self.loaded = False  # an answer for the current query has been shown
         self.error: str | None = None  # the server's last refusal of this query
@@ -303,6 +304,7 @@ class Pager:
             return False
         self.shown = Shown(page.rows, page.total, page.note, page.approximate)
         self.shown_for = (self.query, self.offset)
+        self.shown_generation = generation
         self.loaded, self.error = True, None
         if not page.rows and self.offset and page.total:
             # The listing shrank under the page shown: show its last page instead.

@@ -117,6 +117,25 @@ def kept_by_fork(op_id: str, from_id: str) -> bool:
     return not (mine >= start or start[:len(mine)] == mine)
 
 
+def fork_summary(report: dict[str, Any], ops: list[Operation], from_id: str) -> str:
+    """What a fork from `from_id` keeps and what it runs anew, and whether what it keeps
+    replays: the line of the fork form that follows its "from" (the check itself is of
+    the whole log, the same whatever "from" says)."""
+    kept = [op for op in ops if kept_by_fork(op.op_id, from_id)]
+    what = (f"A fork from operation {from_id} keeps the recorded results of {len(kept)} of "
+            f"{len(ops)} operations and runs the rest anew")
+    if not kept:
+        return what + ": it keeps nothing to replay."
+    div = report.get("divergence")
+    if report.get("clean"):
+        return what + "; what it keeps replays cleanly."
+    if div and not kept_by_fork(str(div.get("op_id")), from_id):
+        return what + "; what it keeps replays cleanly (the divergence is after it)."
+    if div:
+        return what + f"; operation {div.get('op_id')}, among what it keeps, does NOT replay."
+    return what + "; the check could not tell whether what it keeps replays."
+
+
 def fork_needs_force(report: dict[str, Any], from_id: str) -> bool:
     """Whether a replay check of the whole log refuses a fork from `from_id`: only a
     divergence at an operation the fork keeps does (one it resets runs anew)."""

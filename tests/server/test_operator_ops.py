@@ -103,6 +103,40 @@ async def test_pause_snooze_and_the_board_over_the_wire(
     actions = [(r["action"], r["ok"]) for r in await rt.audit.list(limit=50)]
     assert ("pause_alarm", True) in actions and ("fire_timer", False) in actions
     assert ("snooze_alarm", True) in actions
+    # The snooze's row says by how much, and where it moved the alarm to.
+    (row,) = [r for r in await rt.audit.list(limit=50) if r["action"] == "snooze_alarm"]
+    assert row["detail"] == {"outcome": "ok", "by_ms": 10_000,
+                             "until_ms": START_MS + 12_000}
+    listed = await viewer.ok("audit", filter="snooze")
+    assert listed["rows"][0]["detail"]["by_ms"] == 10_000
+
+
+async def test_a_paused_alarm_says_since_when_who_and_why(
+        make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
+        client: ClientFactory) -> None:
+    """The `alarm` detail of a paused alarm names who paused it and why (from the audit
+    row of the pause), besides since when; one paused by the runtime's API, with no
+    audit row, says it does not know."""
+    rt = await make_runtime(Job, env=[])
+    await rt.get(Job, "a").arm(START_MS + 60_000)
+    await rt.get(Job, "b").arm(START_MS + 60_000)
+    server = await serve(rt)
+    operator = await client(server.url, OPERATOR)
+    viewer = await client(server.url, VIEWER)
+    await clock.advance(3)
+    await operator.ok("pause_alarm", object="Job/a", reason="vendor maintenance")
+    await operator.ok("snooze_alarm", object="Job/b", by_ms=1000)  # another row after it
+    a = await viewer.ok("alarm", object="Job/a")
+    assert a["paused"] and a["paused_ms"] == START_MS + 3000
+    assert a["paused_reason"] == "vendor maintenance"
+    assert a["paused_by"] and a["paused_by"].startswith("127.0.0.1:")
+    await rt.pause_alarm(Job, "b")
+    b = await viewer.ok("alarm", object="Job/b")
+    assert b["paused"] and (b["paused_by"], b["paused_reason"]) == (None, None)
+    running = await viewer.ok("alarm", object="Job/a")
+    assert "paused_reason" in running
+    await operator.ok("resume_alarm", object="Job/a")
+    assert "paused_reason" not in await viewer.ok("alarm", object="Job/a")
 
 
 async def test_fire_and_snooze_an_execution_timer_from_the_board(
@@ -119,6 +153,9 @@ async def test_fire_and_snooze_an_execution_timer_from_the_board(
     assert (row["kind"], row["target"]) == ("wait", "w1")
     moved = await tools.run("snooze_timer", {"key": row["key"], "by_ms": 60_000}, *who)
     assert moved["due_ms"] == row["due_ms"] + 60_000
+    (audited,) = await rt.audit.list(limit=1)
+    assert audited["detail"] == {"outcome": "ok", "by_ms": 60_000,
+                                 "until_ms": row["due_ms"] + 60_000}
     (row,) = (await tools.run("timers", {}, *who))["rows"]
     await tools.run("fire_timer", {"key": row["key"]}, *who)
     await clock.advance(0.01)

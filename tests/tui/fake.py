@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, RichLog, Static
 
@@ -421,9 +422,14 @@ def fake_console(role: str = "operator", read_only: bool = False,
 
 
 async def until(pilot: Pilot[Any], check: Callable[[], object], what: str) -> None:
+    """Wait for `check`; a widget it queries that is not mounted yet (a screen pushed
+    whose children a loaded machine has not composed) counts as not yet."""
     for _ in range(200):
-        if check():
-            return
+        try:
+            if check():
+                return
+        except NoMatches:
+            pass
         await pilot.pause(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 

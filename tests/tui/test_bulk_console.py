@@ -30,9 +30,10 @@ from alarmtop.tui.screens.bulk_dialogs import (
     SelectionDialog,
     bulk_args,
     keys_text,
+    matching,
 )
 from alarmtop.tui.screens.executions import ExecutionsScreen
-from alarmtop.tui.screens.timers import OLD_SERVER, TimersScreen
+from alarmtop.tui.screens.timers import OLD_SERVER, TimersScreen, board_span
 from alarmtop.tui.timers import Cursors, countdown, overdue, timer_cells
 from tests.tui.conftest import (
     FAST_RETRY,
@@ -56,6 +57,20 @@ from tests.tui.test_console import (
 )
 
 Pilot = Any
+
+
+def seconds_in(text: str) -> float:
+    """The seconds a board countdown ("in 9.5s", "in 1m00s") says are left."""
+    m = re.fullmatch(r"in (?:(\d+)m)?(\d+(?:\.\d)?)s", text)
+    assert m is not None, text
+    return 60 * int(m.group(1) or 0) + float(m.group(2))
+
+
+def seconds_ago(text: str) -> float:
+    """The seconds a paused board timer ("due 21s ago, paused") is past due."""
+    m = re.fullmatch(r"due (?:(\d+)m)?(\d+(?:\.\d)?)s ago, paused", text)
+    assert m is not None, text
+    return 60 * int(m.group(1) or 0) + float(m.group(2))
 
 
 def needs(*ops: str) -> pytest.MarkDecorator:
@@ -155,6 +170,18 @@ def test_countdowns_flag_what_is_overdue() -> None:
     cursors = Cursors()
     cursors.learn(0, [{"key": [i]} for i in range(1, 201)])
     assert cursors.nearest(0) == (0, None) and cursors.nearest(150) == (150, [150])
+
+
+def test_a_preview_says_how_many_match_in_good_english() -> None:
+    assert matching(1, "alarms") == "1 alarm matches"  # not "1 alarm match"
+    assert matching(1_240, "executions") == "1,240 executions match"
+
+
+def test_the_board_says_how_many_it_holds_as_far_as_it_knows() -> None:
+    """The board's subtitle said "1-10" and no total; an empty one "0-0"."""
+    assert board_span(0, 10, more=False) == "1-10 of 10"
+    assert board_span(100, 100, more=True) == "101-200 of more than 200  pgdn: next"
+    assert board_span(0, 0, more=False) == "none"
 
 
 # -- marking, against the server -----------------------------------------------------------
@@ -504,17 +531,23 @@ async def test_the_board_lists_timers_soonest_first_with_countdowns(harness: Har
         await until(pilot, lambda: len(waits()) == 2, "the two waits")
         (short, long_) = waits()
         assert "short" in short[2] and "long" in long_[2]
-        # the countdowns move with the console's own clock between frames too
-        assert re.fullmatch(r"in (10|9(\.\d)?)s", short[0]), short[0]
-        assert re.fullmatch(r"in (1m00|59\.\d|59)s", long_[0]), long_[0]
+        # The countdowns move with the console's own clock between frames too, so on
+        # a loaded machine a second or two may pass: both move by the same amount.
+        s_left, l_left = seconds_in(short[0]), seconds_in(long_[0])
+        assert s_left <= 10 and l_left <= 60, (short[0], long_[0])
+        assert abs((l_left - s_left) - 50) <= 1, (short[0], long_[0])
         if "timers" not in OPS:
             assert OLD_SERVER in str(board.table.border_title)
         await harness.rt.executions.pause("short", "checking")
         await harness.clock.advance(30)
         await until(pilot, lambda: waits() and re.fullmatch(
-            r"due 2\d(\.\d)?s ago, paused", waits()[0][0]) is not None
+            r"due (\d+m)?\d+(\.\d)?s ago, paused", waits()[0][0]) is not None
                     and waits()[0][5] == "paused", "the paused wait past due")
-        assert re.fullmatch(r"in (30|29)(\.\d)?s", waits()[1][0]), waits()[1][0]
+        # 20 s past due and 30 s to go on the runtime's clock, give or take the same
+        # few wall-clock seconds between frames
+        past, left = waits()[0][0], waits()[1][0]
+        assert abs(seconds_ago(past) + seconds_in(left) - 50) <= 1, (past, left)
+        assert seconds_in(left) <= 30, left
         assert (await harness.describe("short"))["status"] == "suspended"  # not fired
         await pilot.press("enter")
         await until(pilot, lambda: type(pilot.app.screen).__name__ == "TargetScreen",
@@ -550,9 +583,12 @@ async def test_on_an_80_column_terminal_the_board_keeps_every_column_whole(
         assert all(row[4] == "PENDING" for row in waits()), waits()
         await harness.rt.executions.pause("short", "checking")
         await harness.clock.advance(30)
-        await until(pilot, lambda: bool(waits()) and waits()[0][0] == "paused",
-                    "the paused wait says so")
-        assert re.fullmatch(r"in (30|29)(\.\d)?s", waits()[1][0]), waits()[1][0]
+        # The pause and the clock's 30 s reach the console in separate frames: wait for
+        # both. The other wait then has 30 s to go on the runtime's clock, less the
+        # wall-clock seconds between frames on a loaded machine.
+        await until(pilot, lambda: len(waits()) == 2 and waits()[0][0] == "paused"
+                    and seconds_in(waits()[1][0]) <= 30, "the paused wait, 30 s later")
+        assert seconds_in(waits()[1][0]) >= 25, waits()[1][0]
         await settle_workers(pilot)
 
 
@@ -661,6 +697,12 @@ async def test_pause_snooze_and_resume_an_alarm(harness: Harness) -> None:
         await until(pilot, lambda: cell_text(pilot, "#alarm-page", ref)[0].endswith("‖"),
                     "the paused mark")
         await until(pilot, lambda: "PAUSED" in static_text(pilot, "#attempts"), "the detail")
+        # since when, who and why (the README says the detail does)
+        await until(pilot, lambda: ": vendor maintenance" in static_text(pilot, "#attempts"),
+                    "who paused it and why")
+        detail = static_text(pilot, "#attempts")
+        assert re.search(r"PAUSED since \d\d:\d\d:\d\d UTC \((now|[\d.]+s ago)\) by "
+                         r"127\.0\.0\.1:\d+: vendor maintenance", detail), detail
         assert pilot.app.screen.active_bindings["p"].binding.description == "Resume"
         due = status.next_attempt_ms
         await pilot.press("z")

@@ -12,9 +12,10 @@ import ssl
 import pytest
 from websockets.exceptions import InvalidMessage
 
+from alarmtop.core import Event
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
-from alarmtop.tui.cli import probe
+from alarmtop.tui.cli import format_event, probe
 from alarmtop.tui.client import CommandError, Disconnected, WebSocketOpsClient, describe_failure
 from tests.conftest import RuntimeFactory
 
@@ -104,3 +105,15 @@ def test_describe_failure_names_the_fix() -> None:
     assert "in time" in describe_failure(TimeoutError(), url)
     plain = "ws://127.0.0.1:8765/ops"
     assert "use wss://" in describe_failure(InvalidMessage("no HTTP response"), plain)
+
+
+def test_demo_events_say_nothing_of_fields_without_a_value() -> None:
+    """`alarmtop --demo --events` printed "id=None name=None" on the lines of events
+    whose operation has no id or name."""
+    line = format_event(Event("execution.step_started", 1_800_000_000_000,
+                              {"execution_id": "hsf-day1", "id": None, "name": None,
+                               "step": "reserve_streaming"}))
+    assert "None" not in line
+    assert line.startswith("08:00:00.000  execution.step_started")
+    assert line.endswith("execution_id=hsf-day1 step=reserve_streaming")
+    assert "None" not in format_event(Event("x.y", 0, {"object": None}))

@@ -40,6 +40,13 @@ def test_on_a_narrow_terminal_the_widest_columns_give_way_first() -> None:
     assert narrow[5] >= 10
 
 
+def test_the_audit_log_keeps_its_reason_in_sight_at_80_columns() -> None:
+    """The reason (a snooze's "by 1d0h") was scrolled off the right edge at 80x24."""
+    narrow = fit_widths(AUDIT.columns, 78)
+    assert used(AUDIT.columns, narrow) <= 78
+    assert narrow[-1] >= len("by 1d0h") and narrow[4] >= 11  # "snooze_tim…"
+
+
 def test_columns_never_go_below_their_minimum() -> None:
     tiny = fit_widths(EXECUTIONS.columns, 30)
     assert tiny[1] == 24 and tiny[3] == 9 and tiny[2] == 10  # the table scrolls instead

@@ -3,6 +3,7 @@ moves one of them, its test here says which, and nothing else in the console bre
 
 from __future__ import annotations
 
+import signal
 from typing import Any, ClassVar
 
 from textual.app import App, ComposeResult
@@ -85,3 +86,29 @@ async def test_cells_changed_in_place_are_drawn_once_their_renders_are_forgotten
         assert "in 0.5s" in line_text(table, 1)
         assert "in 2.0s" in line_text(table, 2)
         assert not compat.set_cells_in_place(table, [(RowKey("zz"), column, "x")])
+
+
+async def test_the_terminal_driver_can_draw_elsewhere_and_size_from_there() -> None:
+    """`TerminalDriver` replaces the stream Textual's Linux driver draws on (`_file`) and
+    its size query (`_get_terminal_size`); the console's app picks it, and only in
+    place of that driver."""
+    from textual.drivers.headless_driver import HeadlessDriver
+    from textual.drivers.linux_driver import LinuxDriver
+
+    from alarmtop.tui.app import AlarmtopApp
+    from tests.tui.fake import FakeOpsClient
+
+    assert compat.drawing_driver(LinuxDriver) is compat.TerminalDriver
+    assert compat.drawing_driver(HeadlessDriver) is HeadlessDriver
+    app = AlarmtopApp(FakeOpsClient())
+    assert app.driver_class is not LinuxDriver
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTSTP, signal.SIGCONT)}
+    driver = compat.TerminalDriver(app)
+    try:
+        assert hasattr(driver._file, "write") and hasattr(driver._file, "flush")
+        width, height = driver._get_terminal_size()
+        assert width > 0 and height > 0
+    finally:
+        driver.close()
+        for sig, handler in handlers.items():  # the driver takes Ctrl-Z for itself
+            signal.signal(sig, handler)

@@ -13,6 +13,7 @@ from alarmtop.tui.formatting import (
     SPARK,
     STATE_LABEL,
     STATE_STYLE,
+    ago,
     alarm_cells,
     alarm_label,
     audit_cells,
@@ -25,10 +26,12 @@ from alarmtop.tui.formatting import (
     first_line,
     object_cells,
     outcome,
+    paused_text,
     pretty_json,
     relative,
     retry_text,
     saga_line,
+    shorten_name,
     sparkline,
     urgency,
 )
@@ -250,6 +253,15 @@ def test_execution_cells_show_the_saga_only_when_it_matters(status: str,
     assert detail.startswith("saga: ") if shows_saga else detail == "-"
 
 
+def test_a_change_made_after_the_consoles_clock_read_is_now_not_in_the_future() -> None:
+    """The server stamps a change a moment after the console's clock last heard from it:
+    "updated in 0.1s" read as a change to come."""
+    r = {"execution_id": "e1", "name": "n", "status": "running", "updated_ms": NOW + 100}
+    assert execution_cells(r, NOW)[3] == "now"
+    assert ago(NOW + 5_000, NOW) == "now" and ago(NOW - 5_000, NOW) == "5.0s ago"
+    assert ago(None, NOW) == "-"
+
+
 def test_execution_cells_cut_a_long_detail() -> None:
     """What an execution waits on is one line of at most 160 characters."""
     r = {"execution_id": "e", "name": "f", "status": "suspended",
@@ -283,6 +295,49 @@ def test_audit_cells_show_a_callbacks_execution() -> None:
     cells = audit_cells(refused, width=20)
     assert cells[1] == "node-b"  # the node that ran it
     assert cells[5:7] == ("Flaky/p-7", "refused") and len(cells[7]) == 20
+
+
+@pytest.mark.parametrize(("name", "width", "cut"), [
+    ("LeaseLedger/tenant-42", 40, "LeaseLedger/tenant-42"),  # fits: as it is
+    ("LeaseLedger/tenant-42", 18, "LeaseLe…/tenant-42"),  # the class gives way
+    ("LeaseLedger/tenant-4", 13, "Lea…/tenant-4"),
+    ("LeaseLedger/tenant-4", 10, "…/tenant-4"),  # the class gone, the name whole
+    ("LeaseLedger/tenant-42", 9, "Leas…t-42"),  # not even the name: the middle goes
+    ("festival-stream/hsf-day1", 14, "fest…/hsf-day1"),
+    ("8f1c2d3e4f5a6b7c9d0e", 9, "8f1c…9d0e"),  # no slash: the middle goes
+    ("abcdef", 2, "a…"),
+])
+def test_a_name_is_cut_by_what_tells_it_apart(name: str, width: int, cut: str) -> None:
+    assert shorten_name(name, width) == cut
+    assert len(cut) <= width
+
+
+def test_five_tenants_cut_to_one_width_stay_five_names() -> None:
+    """The bug: at 80 columns five ledgers all read "LeaseLedger/tenan…"."""
+    names = [f"LeaseLedger/tenant-{n}" for n in (3, 7, 9, 42, 108)]
+    assert len({shorten_name(n, 18) for n in names}) == 5
+    assert len({n[:17] + "…" for n in names}) == 1  # what cutting at the end did
+
+
+def test_a_paused_alarm_says_since_when_who_and_why() -> None:
+    row = {"paused": True, "paused_ms": NOW - 125_000}
+    assert paused_text(row, NOW) == ("PAUSED since 07:57:55 UTC (2m05s ago)\nnothing fires "
+                                     "until it is resumed (p); its retry count is kept")
+    full = {**row, "paused_by": "127.0.0.1:50412", "paused_reason": "vendor maintenance"}
+    assert paused_text(full, NOW).startswith(
+        "PAUSED since 07:57:55 UTC (2m05s ago) by 127.0.0.1:50412: vendor maintenance\n")
+    unknown = {**row, "paused_by": None, "paused_reason": None}
+    assert paused_text(unknown, NOW).startswith("PAUSED since 07:57:55 UTC (2m05s ago), no "
+                                                "reason given\n")
+
+
+def test_a_snoozes_audit_row_says_by_how_much() -> None:
+    row = {"seq": 3, "at_ms": 1_800_000_000_000, "actor": "127.0.0.1:50412",
+           "role": "operator", "action": "snooze_alarm", "target": "Flaky/p-7",
+           "reason": None, "ok": True, "detail": {"outcome": "ok", "by_ms": 86_400_000}}
+    assert audit_cells(row)[7] == "by 1d0h"
+    with_reason = {**row, "reason": "deploy first", "detail": {"by_ms": 300_000}}
+    assert audit_cells(with_reason)[7] == "by 5m00s: deploy first"
 
 
 def test_fault_cells() -> None:

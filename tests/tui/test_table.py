@@ -105,15 +105,17 @@ async def test_cells_changed_in_place_are_drawn_as_a_fresh_table_draws_them() ->
         assert "DEAD" in "".join(text for text, _ in updated[2])
 
 
-async def test_other_rows_refill_the_table_and_the_cursor_keeps_its_line() -> None:
+async def test_other_rows_refill_the_table_and_the_cursor_follows_its_row() -> None:
     async with TableApp().run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
         table.show(ROWS)
         table.move_cursor(row=1)
         table.show([ROWS[2], ROWS[0], ("d", ("PENDING", "in 4.0s"))])
         assert [str(k.value) for k in table.rows] == ["c", "a", "d"]
-        assert table.cursor_row == 1
+        assert table.cursor_row == 1 and table.selected == "a"  # b left: its line
         assert isinstance(table.get_row("d")[0], Text)
+        table.show([("d", ("PENDING", "in 4.0s")), ROWS[0]])
+        assert table.selected == "a" and table.cursor_row == 1
         table.show([ROWS[0]])
         assert [str(k.value) for k in table.rows] == ["a"] and table.cursor_row == 0
 
@@ -132,12 +134,15 @@ class Recording(TableApp):
         super().__init__()
         self.left: list[tuple[str, str | None]] = []
 
+        self.filtered: list[bool] = []
+
     def on_console_table_selection_left(self, event: ConsoleTable.SelectionLeft) -> None:
         self.left.append((event.left, event.now))
+        self.filtered.append(event.filtered)
 
 
 async def test_the_cursor_follows_its_row_as_rows_re_sort() -> None:
-    """Identity, not position: the operator chose b; b moves from line 1 to line 2 and
+    """Identity, not position: the cursor is on b; b moves from line 1 to line 2 and
     the cursor goes with it, without a word; nothing left."""
     app = Recording()
     async with app.run_test() as pilot:
@@ -152,10 +157,23 @@ async def test_the_cursor_follows_its_row_as_rows_re_sort() -> None:
         assert app.left == []
 
 
-async def test_a_row_that_leaves_moves_the_cursor_to_its_line_and_says_so() -> None:
-    """The chosen row goes: the cursor takes the row now on its line, the table says so
-    once, and the cursor keeps its line from then on (the new row was nobody's
-    choice)."""
+async def test_left_alone_the_cursor_follows_its_row_too() -> None:
+    """Before any key the cursor is on the first row; a more urgent row coming in above
+    it does not take its place under the cursor (the detail pane would switch under the
+    operator's eyes, and a key pressed then would act on the newcomer)."""
+    async with Recording().run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS)
+        assert table.selected == "a"
+        table.show([("z", ("DEAD", "-")), *ROWS])
+        assert table.cursor_row == 1 and table.selected == "a"
+
+
+async def test_a_chosen_row_that_leaves_moves_the_cursor_to_its_line_and_says_so_once(
+        ) -> None:
+    """The chosen row goes: the cursor takes the row now on its line, the table says
+    so once, and the cursor follows its new row from then on (quietly: nobody chose
+    it)."""
     app = Recording()
     async with app.run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
@@ -165,34 +183,70 @@ async def test_a_row_that_leaves_moves_the_cursor_to_its_line_and_says_so() -> N
         table.show([ROWS[0], ROWS[2]])
         assert table.selected == "c" and not table.pinned
         table.show([ROWS[2], ROWS[0]])
-        assert table.selected == "a"  # its line, not c
-        table.show([])
+        assert table.selected == "c"  # its row, not its line
+        table.show([ROWS[0]])
+        assert table.selected == "a"
         await pilot.pause()
         assert app.left == [("b", "c")]
 
 
-async def test_before_any_choice_the_cursor_keeps_the_top_line() -> None:
-    """Like `top`: left alone, the cursor is on the most urgent row, whichever it is."""
-    async with Recording().run_test() as pilot:
+async def test_a_row_missing_from_one_refresh_is_held_under_the_cursor() -> None:
+    """With `now`, the cursor's row missing from the rows is kept in sight, on its line,
+    for `hold_s`: when it comes back the cursor is still on it, nothing was said. Past
+    `hold_s` it has left: said once, the cursor on the row now on its line."""
+    app = Recording()
+    async with app.run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
-        table.show(ROWS)
-        table.show([ROWS[2], ROWS[0], ROWS[1]])
-        assert table.cursor_row == 0 and table.selected == "c"
+        table.hold_s = 3.0
+        table.show(ROWS, now=0.0)
+        table.move_cursor(row=1)
+        table.pin()
+        table.show([ROWS[2], ROWS[0]], now=1.0)  # b fires and re-arms: missing once
+        assert [str(k.value) for k in table.rows] == ["c", "b", "a"]
+        assert table.selected == "b" and table.held == "b"
+        table.show([ROWS[1], ROWS[2], ROWS[0]], now=1.5)  # back, first now
+        assert table.selected == "b" and table.cursor_row == 0 and table.held is None
+        table.show([ROWS[2], ROWS[0]], now=2.0)
+        table.show([ROWS[2], ROWS[0]], now=4.9)
+        assert table.selected == "b"
+        table.show([ROWS[2], ROWS[0]], now=5.0)  # 3 s missing: gone
+        assert table.selected == "c" and table.held is None
+        await pilot.pause()
+        assert app.left == [("b", "c")]
+        # A row nobody chose is not held: the top one the cursor started on, say.
+        table.show([ROWS[0]], now=6.0)
+        assert table.selected == "a" and table.held is None
 
 
 async def test_after_a_page_move_the_cursor_keeps_its_line_quietly() -> None:
     app = Recording()
     async with app.run_test() as pilot:
         table = pilot.app.query_one(ConsoleTable)
-        table.show(ROWS)
+        table.show(ROWS, now=0.0)
         table.move_cursor(row=2)
-        table.pin()
         table.show([("x", ("PENDING", "-")), ("y", ("PENDING", "-")), ("z", ("PENDING", "-"))],
-                   follow=False)
-        assert table.selected == "z"
-        table.show([ROWS[0], ROWS[1]], announce=False)  # a new filter: no "left" either
+                   keep="line", now=0.1)
+        assert table.selected == "z" and table.held is None
         await pilot.pause()
         assert app.left == []
+
+
+async def test_after_a_new_filter_the_cursor_follows_its_row_or_goes_to_the_top() -> None:
+    """A new filter or sort: the cursor's row if the answer has it; else the first row,
+    said as filtered out, not as gone."""
+    app = Recording()
+    async with app.run_test() as pilot:
+        table = pilot.app.query_one(ConsoleTable)
+        table.show(ROWS, now=0.0)
+        table.move_cursor(row=1)
+        table.pin()
+        table.show([ROWS[2], ROWS[1]], keep="query", now=0.1)
+        assert table.selected == "b"
+        table.show([ROWS[0], ROWS[2]], keep="query", now=0.2)
+        assert table.selected == "a" and table.cursor_row == 0 and table.held is None
+        await pilot.pause()
+        assert app.left == [("b", "a")]
+        assert app.filtered == [True]
 
 
 async def test_columns_cut_long_text_with_an_ellipsis_and_rebuild_only_on_change() -> None:
@@ -242,6 +296,8 @@ async def test_a_click_chooses_the_row() -> None:
         assert not table.pinned
         await pilot.click(ConsoleTable, offset=(3, 3))  # the header, a, b, c: c
         assert table.pinned and table.selected == "c"
+        table.show([ROWS[2], ROWS[0], ROWS[1]])
+        assert table.selected == "c" and table.cursor_row == 0
 
 
 async def test_columns_of_another_count_take_the_next_rows_and_keep_the_cursors_row() -> None:
@@ -254,7 +310,6 @@ async def test_columns_of_another_count_take_the_next_rows_and_keep_the_cursors_
         table.set_columns((("state", 10), ("due in", 10), ("more", 4)))
         table.show(wide)
         table.move_cursor(row=1)
-        table.pin()
         table.set_columns((("state", 10), ("due in", 10)))
         table.show(ROWS)
         await pilot.pause()

@@ -26,8 +26,10 @@ from alarmtop.tui.screens.target import TargetScreen
 from alarmtop.tui.screens.tool_dialogs import ForkDialog, RedriveDialog, ReplayDialog, fork_args
 from alarmtop.tui.screens.tools import tool_applies
 from alarmtop.tui.tools import (
+    Operation,
     event_kind,
     fork_needs_force,
+    fork_summary,
     kept_by_fork,
     operations,
     replay_lines,
@@ -51,6 +53,7 @@ from tests.tui.test_console import (
     run,
     settle_workers,
     start,
+    type_text,
     view,
 )
 
@@ -166,6 +169,22 @@ def test_tools_apply_where_they_make_sense() -> None:
     assert not tool_applies("snooze_alarm", None, suspended)
 
 
+def test_the_fork_summary_follows_its_from() -> None:
+    """What a fork keeps depends on where it starts; the replay check is of the whole log
+    (the same "3 of 3 replayed" whatever "from" says), so the form says it per "from"."""
+    ops = [Operation("1", "book_flight", "Step"), Operation("2", "book_hotel", "Step"),
+           Operation("3", "charge", "Step")]
+    assert fork_summary(CLEAN_REPORT, ops, "3") == (
+        "A fork from operation 3 keeps the recorded results of 2 of 3 operations and runs "
+        "the rest anew; what it keeps replays cleanly.")
+    assert fork_summary(CLEAN_REPORT, ops, "1").endswith("0 of 3 operations and runs the rest "
+                                                         "anew: it keeps nothing to replay.")
+    assert fork_summary(DIVERGED, ops, "3").endswith(
+        "; operation 2, among what it keeps, does NOT replay.")
+    assert fork_summary(DIVERGED, ops, "2").endswith(
+        "replays cleanly (the divergence is after it).")
+
+
 def test_fork_args_from_the_form() -> None:
     assert fork_args({"from_step": "3", "input": ' {"to": "porto"} ', "new_id": "p1",
                       "version": "", "reason": "retry to porto"}, False) == {
@@ -253,6 +272,37 @@ async def test_redrive_after_the_cause_was_fixed(harness: Harness) -> None:
                                                                  "operator")
         await until(pilot, lambda: "SUCCEEDED" in cell_text(pilot, "#execution-page", eid)[0],
                     "the row to say SUCCEEDED")
+        await settle_workers(pilot)
+
+
+async def test_a_reason_typed_into_a_fresh_redrive_form_is_kept(harness: Harness) -> None:
+    """The redrive and fork forms opened with the focus on their button, so a reason
+    typed at once went nowhere: the focus is on the reason, and Enter redrives with it."""
+    eid = await failed_trip(harness)
+    app, rec = await start(harness)
+    async with run(app, rec) as pilot:
+        await connected(pilot)
+        await view(pilot, "3", ExecutionsScreen, "#execution-page", [eid])
+        broken["charge"] = False
+        await pilot.press("d")
+        await dialog(pilot, RedriveDialog)
+        await pilot.pause()
+        assert pilot.app.focused is not None and pilot.app.focused.id == "reason"
+        await type_text(pilot, "processor back")
+        await pilot.press("enter")
+        await done(pilot, rec, f"redriving trip/{eid} from operation 3")
+        (audit,) = [r for r in await harness.rt.audit.list() if r["action"] == "redrive"]
+        assert audit["reason"] == "processor back"
+        await pilot.press("F")
+        form = await dialog(pilot, ForkDialog)
+        await pilot.pause()
+        assert pilot.app.focused is not None and pilot.app.focused.id == "reason"
+        assert "keeps the recorded results of 2 of 3" in static_text(pilot, "#replay")
+        form.query_one("#from_step", Select).value = "1"
+        await until(pilot, lambda: "keeps the recorded results of 0 of 3" in static_text(
+            pilot, "#replay"), "the summary to follow from")
+        assert pilot.app.focused is not None and pilot.app.focused.id == "reason"
+        await pilot.press("escape")
         await settle_workers(pilot)
 
 

@@ -30,20 +30,46 @@ EXECUTION_ACTIONS: dict[str, set[str] | None] = {
     "resolve": {"needs_human"}, "abort": None, "hand_to_human": {"running", "suspended"}}
 
 
+def stuck_on_compensation(execution: Row) -> bool:
+    """Whether the execution waits for a human on a failed compensation (the one thing
+    `R` retries), not merely held for one with `H`."""
+    return execution.get("status") == "needs_human" and str(
+        execution.get("blocked_on") or "").startswith("needs a human:")
+
+
 def applies(action: str, alarm: Row | None, execution: Row | None) -> bool:
     """Whether `action` applies to the selected alarm or execution row (pure)."""
+    return not refusal(action, alarm, execution)
+
+
+def refusal(action: str, alarm: Row | None, execution: Row | None) -> str:
+    """Why `action` does not apply to the selected alarm or execution row, in a few
+    words for the status line; "" when it applies (pure)."""
     if action in ALARM_ACTIONS:
         if alarm is None:
-            return False
-        return action != "clear_dead_letter" or alarm.get("state") == "dead"
+            return "no alarm is selected"
+        ref, state = alarm.get("object"), alarm.get("state")
+        if action == "clear_dead_letter" and state != "dead":
+            return f"{ref} is not a dead letter (it is {state})"
+        if action == "fire_now" and alarm.get("paused"):
+            return f"the alarm of {ref} is paused: resume it first (p)"
+        return ""
     if action in EXECUTION_ACTIONS:
         if execution is None:
-            return False
+            return "no execution is selected"
+        label = f"{execution.get('name')}/{execution.get('execution_id')}"
         statuses, status = EXECUTION_ACTIONS[action], str(execution.get("status"))
-        return status not in FINISHED if statuses is None else status in statuses
-    if action == "inject_fault":
-        return (alarm or execution) is not None
-    return True
+        if statuses is None:
+            return f"{label} has ended ({status})" if status in FINISHED else ""
+        if status not in statuses:
+            return f"{label} is {status}, not {' or '.join(sorted(statuses))}"
+        if action == "retry_compensation" and not stuck_on_compensation(execution):
+            return (f"{label} is held for a human, not stuck on a failed compensation: "
+                    "nothing to retry (h resolves it, a aborts it)")
+        return ""
+    if action == "inject_fault" and (alarm or execution) is None:
+        return "nothing is selected"
+    return ""
 
 
 class ActionsMixin(ConsoleScreen):
@@ -92,10 +118,17 @@ class ActionsMixin(ConsoleScreen):
 
     def pin_selection(self) -> None:
         """An action on the selected row makes it the operator's choice: the cursor
-        stays on that object as its row moves (after a re-arm, a retry)."""
+        holds that object while its row moves or is briefly missing (after a re-arm,
+        a retry)."""
         focused = self.focused
         if isinstance(focused, ConsoleTable):
             focused.pin()
+
+    def chosen_execution(self) -> tuple[str, str] | None:
+        """(id, label) of the selected execution, read when the key is pressed."""
+        self.pin_selection()
+        eid = self.selected_execution_id()
+        return None if eid is None else (eid, self.execution_label())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in OPERATOR_ACTIONS and self.console.read_only:
@@ -104,42 +137,64 @@ class ActionsMixin(ConsoleScreen):
             return applies(action, self.selected_alarm(), self.selected_execution())
         return super().check_action(action, parameters)
 
+    def why_not(self, action: str) -> str:
+        if action in OPERATOR_ACTIONS:
+            return refusal(action, self.selected_alarm(), self.selected_execution())
+        return super().why_not(action)
+
     async def confirmed(self, question: str, yes: str) -> bool:
         return bool(await self.app.push_screen_wait(ConfirmDialog(question, yes)))
 
-    @work(group="actions")
-    async def action_rearm(self) -> None:
+    # Each action reads its target when its key is pressed (in the key's handler, not in
+    # the worker that runs it later): a redraw in between must not change what it acts on.
+
+    def action_rearm(self) -> None:
         self.pin_selection()
         ref = self.selected_object()
-        if ref is None or (self.console.confirm_actions and not await self.confirmed(
+        if ref is not None:
+            self._rearm(ref)
+
+    @work(group="actions")
+    async def _rearm(self, ref: str) -> None:
+        if self.console.confirm_actions and not await self.confirmed(
                 f"Re-arm {ref}? Its alarm gets a fresh retry ladder, first attempt now.",
-                "Re-arm")):
+                "Re-arm"):
             return
         await self.console.command("rearm", ref, object=ref, reason="re-armed from the console")
 
-    @work(group="actions")
-    async def action_fire_now(self) -> None:
+    def action_fire_now(self) -> None:
         self.pin_selection()
         ref = self.selected_object()
-        if ref is None or (self.console.confirm_actions and not await self.confirmed(
-                f"Fire {ref}'s alarm now? Its next attempt runs at once.", "Fire now")):
+        if ref is not None:
+            self._fire_now(ref)
+
+    @work(group="actions")
+    async def _fire_now(self, ref: str) -> None:
+        if self.console.confirm_actions and not await self.confirmed(
+                f"Fire {ref}'s alarm now? Its next attempt runs at once.", "Fire now"):
             return
         await self.console.command("fire_now", ref, object=ref)
 
-    @work(group="actions")
-    async def action_clear_dead_letter(self) -> None:
+    def action_clear_dead_letter(self) -> None:
         self.pin_selection()
         ref = self.selected_object()
-        if ref and await self.confirmed(f"Drop the dead letter of {ref}? Its attempts stay "
-                                        "in the event log only.", "Drop"):
-            await self.console.command("clear_dead_letter", ref, object=ref)
+        if ref is not None:
+            self._clear_dead_letter(ref)
 
     @work(group="actions")
-    async def action_inject_fault(self) -> None:
+    async def _clear_dead_letter(self, ref: str) -> None:
+        if await self.confirmed(f"Drop the dead letter of {ref}? Its attempts stay in the "
+                                "event log only.", "Drop"):
+            await self.console.command("clear_dead_letter", ref, object=ref)
+
+    def action_inject_fault(self) -> None:
         self.pin_selection()
         target = self.selected_object() or self.selected_execution_id()
-        if not target:
-            return
+        if target:
+            self._inject_fault(target)
+
+    @work(group="actions")
+    async def _inject_fault(self, target: str) -> None:
         steps = []
         if "/" not in target:
             detail = await self.console.fetch("execution", execution_id=target)
@@ -160,13 +215,16 @@ class ActionsMixin(ConsoleScreen):
     def action_send_callback(self) -> None:
         self.answer_callback(None)
 
-    @work(group="actions")
-    async def answer_callback(self, chosen: str | None) -> None:
+    def answer_callback(self, chosen: str | None) -> None:
         """Complete, fail or heartbeat a waiting callback (`chosen`, or one picked in the
         form) of the selected execution, by hand."""
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        detail = await self.console.fetch("execution", execution_id=eid) if eid else None
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._answer_callback(*execution, chosen)
+
+    @work(group="actions")
+    async def _answer_callback(self, eid: str, label: str, chosen: str | None) -> None:
+        detail = await self.console.fetch("execution", execution_id=eid)
         pending = [c for c in (detail or {}).get("callbacks", [])
                    if c["status"] == "started" and c.get("kind") == "Callback"]
         if not pending:
@@ -184,42 +242,46 @@ class ActionsMixin(ConsoleScreen):
                 "heartbeat": f"sent a heartbeat to {target}"}[outcome]
         await self.console.perform(op, target, args, said=lambda _: said)
 
-    @work(group="actions")
-    async def action_retry_compensation(self) -> None:
-        self.pin_selection()
-        eid = self.selected_execution_id()
-        if eid:
-            await self.console.command("retry_compensation", self.execution_label(),
-                                       execution_id=eid)
+    def action_retry_compensation(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._retry_compensation(*execution)
 
     @work(group="actions")
-    async def action_resolve(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if not eid:
-            return
+    async def _retry_compensation(self, eid: str, label: str) -> None:
+        await self.console.command("retry_compensation", label, execution_id=eid)
+
+    def action_resolve(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._resolve(*execution)
+
+    @work(group="actions")
+    async def _resolve(self, eid: str, label: str) -> None:
         note = await self.app.push_screen_wait(TextDialog(
             f"Resolve {label} by hand: what was done?", "e.g. closed the viewing page by hand"))
         if note:
             await self.console.command("resolve", label, execution_id=eid, note=note)
 
+    def action_abort(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._abort(*execution)
+
     @work(group="actions")
-    async def action_abort(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if not eid:
-            return
+    async def _abort(self, eid: str, label: str) -> None:
         reason = await self.app.push_screen_wait(TextDialog(
             f"Abort {label}? It ends as aborted and runs nothing more. Why?", "reason"))
         if reason:
             await self.console.command("abort", label, execution_id=eid, reason=reason)
 
+    def action_hand_to_human(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._hand_to_human(*execution)
+
     @work(group="actions")
-    async def action_hand_to_human(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if not eid:
-            return
+    async def _hand_to_human(self, eid: str, label: str) -> None:
         reason = await self.app.push_screen_wait(TextDialog(
             f"Hold {label} for a human: why?", "reason"))
         if reason:

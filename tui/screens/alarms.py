@@ -11,7 +11,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Static
 
 from alarmtop.tui.columns import ALARMS
-from alarmtop.tui.formatting import duration, first_line, relative
+from alarmtop.tui.formatting import duration, first_line, paused_text, relative
 from alarmtop.tui.screens.listed import ListPane, ListScreen
 from alarmtop.tui.screens.tools import ToolsMixin
 
@@ -28,8 +28,7 @@ def attempts_text(row: dict[str, Any] | None, now_ms: int, in_list: bool = True)
     out.append(f"state {row['state']}  retry {row['retry_count']}/{row['max_retries']}  "
                f"scheduled {relative(row.get('scheduled_ms'), now_ms)}\n")
     if row.get("paused"):
-        out.append("PAUSED: nothing fires until it is resumed (p); its retry count is kept\n",
-                   style="bold magenta")
+        out.append(paused_text(row, now_ms) + "\n", style="bold magenta")
     out.append("\n")
     for i, a in enumerate(row.get("attempts") or [], start=1):
         took = "died (no end)" if a.get("end_ms") is None else duration(
@@ -53,6 +52,7 @@ class AlarmsScreen(ToolsMixin, ListScreen):
         super().__init__()
         self._attempts_shown: Text | None = None
         self.detail: dict[str, Any] | None = None  # the selected alarm, all attempts
+        self._pause_asked: tuple[str, Any] | None = None  # the pause last asked about
 
     def make_panes(self) -> list[ListPane]:
         fixed = (("state", self.STATE),) if self.STATE else ()
@@ -83,15 +83,25 @@ class AlarmsScreen(ToolsMixin, ListScreen):
 
     def draw_detail(self) -> None:
         """The selected alarm with every attempt: rows carry the latest ones only when
-        they come from a delta, so the full record is fetched when some are missing."""
+        they come from a delta, so the full record is fetched when some are missing (or
+        when the alarm is paused: the record says who paused it and why)."""
         row = self.selected_alarm()
         if row is not None:
             ref = str(row["object"])
             total = row.get("attempts_total", len(row.get("attempts") or []))
             full = self.detail if self.detail and self.detail.get("object") == ref else None
+            # A paused alarm's detail says who paused it and why; its row does not.
+            pause_known = not row.get("paused") or (
+                full is not None and full.get("paused_ms") == row.get("paused_ms")
+                and "paused_reason" in full)
+            if full is not None and pause_known:
+                row = {**row, "paused_by": full.get("paused_by"),
+                       "paused_reason": full.get("paused_reason")}
             if full is not None and len(full.get("attempts") or []) >= total:
                 row = {**row, "attempts": full["attempts"]}
-            elif len(row.get("attempts") or []) < total:
+            elif len(row.get("attempts") or []) < total or (
+                    not pause_known and self._pause_asked != (ref, row.get("paused_ms"))):
+                self._pause_asked = (ref, row.get("paused_ms"))  # once per pause
                 self.load_detail(ref)
         text = attempts_text(row, self.console.state.now_ms)
         if text != self._attempts_shown:  # most redraws leave it as it is

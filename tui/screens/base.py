@@ -10,10 +10,11 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult, ScreenStackError
+from textual.binding import Binding
 from textual.css.query import NoMatches
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from alarmtop.tui import collector
 from alarmtop.tui.compat import adopt_styles
@@ -40,6 +41,22 @@ def styled_state(label: str) -> Text:
     return out
 
 
+# Actions that change something: refused, and said so, on a read-only console.
+CHANGES = frozenset({
+    "rearm", "fire_now", "clear_dead_letter", "inject_fault", "send_callback",
+    "retry_compensation", "resolve", "abort", "hand_to_human", "clear_fault",
+    "pause_alarm", "resume_alarm", "snooze_alarm", "pause_execution", "resume_execution",
+    "redrive", "fork", "fire_timer", "snooze_timer", "bulk", "select_query"})
+# What a key that did nothing explains (`ConsoleScreen.on_key`): the actions above, and
+# the reads that need a row.
+EXPLAINED = CHANGES | {"replay_check"}
+
+
+def action_name(action: str) -> str:
+    """"page(1)" -> "page"."""
+    return action.partition("(")[0]
+
+
 def _a_screen_is_up(app: App[Any]) -> bool:
     try:
         return app.screen is not None
@@ -52,7 +69,7 @@ class ConsoleScreen(Screen[None]):
 
     def __init__(self) -> None:
         super().__init__()
-        self._footer_keys: tuple[tuple[str, bool], ...] | None = None
+        self._footer_keys: tuple[tuple[str, str, bool], ...] | None = None
         if _a_screen_is_up(self.app):
             # Textual restyles the whole app, re-parsing every stylesheet (30-50 ms),
             # when it shows a screen styled before the last theme change; a new screen
@@ -72,8 +89,10 @@ class ConsoleScreen(Screen[None]):
         # switch, 10-20 ms each on a loaded machine).
         self._footer_keys = self._binding_keys()
 
-    def _binding_keys(self) -> tuple[tuple[str, bool], ...]:
-        return tuple((key, b.enabled) for key, b in self.active_bindings.items())
+    def _binding_keys(self) -> tuple[tuple[str, str, bool], ...]:
+        # The action too: `p` is Pause or Resume, both enabled, as the row is now.
+        return tuple((key, b.binding.action, b.enabled)
+                     for key, b in self.active_bindings.items())
 
     def refresh_actions(self) -> None:
         """Refresh the footer when an action was enabled or disabled since it was drawn:
@@ -102,6 +121,44 @@ class ConsoleScreen(Screen[None]):
         with contextlib.suppress(NoMatches):
             self.query_one(StatusLine).say(text, severity)
 
+    # -- a key whose action does not apply ----------------------------------------------
+
+    def why_not(self, action: str) -> str:
+        """Why `action` does not apply to what is selected, in a few words ("" when it
+        does, or when the view cannot say)."""
+        return ""
+
+    def on_key(self, event: events.Key) -> None:
+        """An action key that no binding will run (read-only, or the action does not apply
+        to the row as it is now) says why, rather than nothing at all.
+
+        Keys reach the view before the app runs their bindings, and the bindings it
+        will consider are the active ones: a key among them is left to its binding."""
+        if event.key in self.active_bindings:
+            return
+        bindings = [b for b in self._own_bindings() if event.key in b.key.split(",")
+                    and action_name(b.action) in EXPLAINED]
+        if bindings:
+            self.explain(event.key, bindings)
+
+    def _own_bindings(self) -> list[Binding]:
+        return [b for b in type(self).BINDINGS if isinstance(b, Binding)]
+
+    def explain(self, key: str, bindings: list[Binding]) -> None:
+        if self.console.read_only and any(action_name(b.action) in CHANGES for b in bindings):
+            text = (f"{key} ({bindings[0].description}): {self.console.read_only_reason}; "
+                    "actions are for an operator")
+            self.say(text, "warning")
+            self.notify(text, severity="warning", timeout=4)
+            return
+        reasons = [(b, self.why_not(action_name(b.action))) for b in bindings]
+        reasons = [(b, r) for b, r in reasons if r]
+        # "no alarm is selected" only when nothing better is known: the p of an execution
+        # row is not about its missing alarm.
+        best = next(((b, r) for b, r in reasons if not r.startswith("no ")), None) or (
+            reasons[0] if reasons else (bindings[0], "it does not apply here"))
+        self.say(f"{key} ({best[0].description}): {best[1]}", "warning")
+
     def badge(self) -> str:
         """The filter and sort on in this view, for the footer ('' when none)."""
         return ""
@@ -124,6 +181,13 @@ class ConsoleScreen(Screen[None]):
     def on_screen_resume(self) -> None:
         self.redraw()
         self.reload()
+
+    def on_screen_suspend(self) -> None:
+        """Left for another view (not covered by a dialog): what the status line said was
+        about this view as it was; coming back, it would contradict what is shown."""
+        with contextlib.suppress(NoMatches, ScreenStackError):
+            if not isinstance(self.app.screen, ModalScreen):
+                self.query_one(StatusLine).clear()
 
     def redraw(self) -> None:
         """Redraw from the console state, unless the view is not (or no longer) composed:

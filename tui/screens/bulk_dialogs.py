@@ -228,7 +228,7 @@ class SelectionDialog(_BulkForm):
         self.previewed, self.matched = sel, preview_count(answer)
         sample = [str(k) for k in (answer or {}).get("sample") or
                   (answer or {}).get("keys") or []]
-        text = Text(f"{counted(self.matched, self.kind)} match", style="bold")
+        text = Text(matching(self.matched, self.kind), style="bold")
         if sample:
             text.append(f": {keys_text(sample, self.matched)}", style="dim")
         self.query_one("#preview", Static).update(text)
@@ -248,6 +248,11 @@ class SelectionDialog(_BulkForm):
         args = self.args()
         if args is not None:
             self.dismiss({**args, "selection": self.previewed, "matched": self.matched})
+
+
+def matching(n: int, kind: str) -> str:
+    """"1 alarm matches", "3 executions match"."""
+    return f"{counted(n, kind)} {'matches' if n == 1 else 'match'}"
 
 
 def preview_count(answer: Any) -> int:

@@ -45,7 +45,7 @@ class ListPane:
                  stylers: dict[int, Styler] | None = None) -> None:
         self.id, self.listing, self.title, self.kinds = table_id, listing, title, kinds
         self.table = ConsoleTable(id=table_id, stylers={0: styled_state} if stylers is None
-                                  else stylers)
+                                  else stylers, names=listing.names())
         self.table.border_title = title
         self.pager = Pager(ListQuery(listing.name, fixed=fixed), size)
         self.versions: dict[str, int] = {}
@@ -53,10 +53,11 @@ class ListPane:
         self.wide = True  # the next fetch is of the window around the page (after a move)
         # What the operator last did to the pane and the table does not show yet: after
         # a page move the cursor keeps its line; after a new filter or sort it follows
-        # its row if it is still there, and does not call it gone if not.
+        # its row if the answer has it, else goes to the first row.
         self.moved: str | None = None  # "page", "query"
         self.loader: Loader  # given by the screen: it runs the fetches
         self.drawn: dict[str, Row] = {}  # the rows the table shows, by key
+        self.drawn_generation = 0  # the pager generation of those rows
 
     @property
     def query(self) -> ListQuery:
@@ -87,7 +88,9 @@ class ListPane:
     def mark_kind(self) -> str | None:
         return MARK_KINDS.get(self.listing.name)
 
-    def draw(self, now_ms: int, marks: Marks | None = None) -> None:
+    def draw(self, now_ms: int, marks: Marks | None = None, clock: float | None = None) -> None:
+        """Draw the page shown; `clock` (seconds, any monotonic clock) lets the table
+        hold the cursor's row in sight while a refresh leaves it out."""
         listing, table = self.listing, self.table
         widths = fit_widths(listing.columns, table.scrollable_content_region.width or 150)
         arrow = listing.arrow(self.query)
@@ -95,12 +98,21 @@ class ListPane:
                                         else None), w)
                            for i, (c, w) in enumerate(zip(listing.columns, widths))])
         flex = flex_width(listing.columns, widths)
+        before = self.drawn
         self.drawn = {listing.key(r): r for r in self.rows()}
         kind = self.mark_kind if marks else None
         table.show([(key, marked(listing.cells(r, now_ms, flex), (kind, key) in marks)
                      if kind and marks else listing.cells(r, now_ms, flex))
                     for key, r in self.drawn.items()],
-                   follow=self.moved != "page", announce=self.moved is None)
+                   keep={"page": "line", "query": "query"}.get(self.moved or "", "row"),
+                   # rows of a new generation (after a reconnect) are the truth at once:
+                   # a row missing from them went while the console was away
+                   now=clock if self.pager.shown_generation == self.drawn_generation
+                   else None)
+        self.drawn_generation = self.pager.shown_generation
+        held = table.held
+        if held is not None and held not in self.drawn and held in before:
+            self.drawn[held] = before[held]  # the actions and the detail still see it
         if self.pager.current:
             self.moved = None
         on = badge(self.query, listing)
@@ -113,7 +125,7 @@ class ListPane:
     def subtitle(self) -> str:
         first, last, total = self.pager.span()
         about = "about " if self.pager.shown.approximate else ""
-        text = f"{about}{first:,}-{last:,} of {count(total)}"
+        text = f"{about}{first:,}-{last:,} of {count(total)}" if last else "none"
         if last < total:
             text += "  pgdn: next"
         if not self.pager.loaded and not self.pager.error:
@@ -200,7 +212,7 @@ class ListScreen(MarkingMixin, ConsoleScreen):
     def draw(self, state: ConsoleState) -> None:
         super().draw(state)
         for pane in self.panes:
-            pane.draw(state.now_ms, self.console.marks)
+            pane.draw(state.now_ms, self.console.marks, self.console.clock())
         self.draw_detail()
         self.refresh_actions()
 
@@ -288,10 +300,13 @@ class ListScreen(MarkingMixin, ConsoleScreen):
 
     @on(ConsoleTable.SelectionLeft)
     def _selection_left(self, event: ConsoleTable.SelectionLeft) -> None:
-        noun = self.pane_of(event.table.id or "").listing.noun
-        where = f"the cursor is on {event.now}" if event.now else "the view is empty"
-        self.say(f"{event.left} left this view (the {noun} changed or went); {where}",
-                 "warning")
+        pane = self.pane_of(event.table.id or "")
+        where = f"; the cursor is on {event.now}" if event.now else ""
+        if event.filtered:
+            self.say(f"{event.left} is not on this page with this filter and sort{where}")
+        else:
+            self.say(f"{event.left} left this view (the {pane.listing.noun} changed or "
+                     f"went){where}", "warning")
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.draw_detail()

@@ -60,11 +60,19 @@ class FaultsScreen(ListScreen):
             return not self.console.read_only and self.selected_fault() is not None
         return super().check_action(action, parameters)
 
+    def why_not(self, action: str) -> str:
+        if action == "clear_fault" and self.selected_fault() is None:
+            return "no fault is selected"
+        return super().why_not(action)
+
+    def action_clear_fault(self) -> None:
+        self.panes[0].table.pin()
+        fault = self.selected_fault()  # read when the key is pressed
+        if fault is not None:
+            self._clear_fault(fault)
+
     @work(group="actions")
-    async def action_clear_fault(self) -> None:
-        fault = self.selected_fault()
-        if fault is None:
-            return
+    async def _clear_fault(self, fault: dict[str, Any]) -> None:
         label = f"fault {fault['id']} ({fault['kind']} on {fault['target']})"
         if await self.app.push_screen_wait(ConfirmDialog(f"Remove {label}?", "Remove")):
             await self.console.command("clear_fault", label, fault_id=fault["id"])
@@ -184,13 +192,13 @@ HELP = """\
 - `r` re-arm the selected alarm, `n` fire it now (both ask first)
 - `x` clear the selected dead letter (alarms) or fault (faults)
 - `f` inject a fault on the selected object or execution
-- `c` send a callback result (e.g. `go` or `cancel` for the festival verdict)
 - `R` retry the failed compensation, `h` resolve it by hand, `a` abort, `H` hand to a human
 - `p` pause or resume the selected execution or alarm (paused rows show `‖`)
 - `z` snooze the selected alarm (move it later); `v` replay check of the selected execution
 - `d` redrive a failed or timed-out execution, `F` fork one from an operation: both run
   the replay check first and need `Force` when the log and the handler disagree
-- `c` complete or fail a waiting callback by hand (or `enter` on it in the detail)
+- `c` complete, fail or heartbeat a waiting callback by hand (e.g. `go` or `cancel` for
+  the festival verdict; or `enter` on it in the detail)
 - `space` mark the row (by identity, in any list view), `u` unmark all
 - `b` bulk action on the marked rows, `m` select by query (shows how many match first),
   `B` the progress of the latest bulk action (done, failed, left, failures, cancel)
@@ -201,9 +209,13 @@ HELP = """\
 
 The urgent counts (DEAD, NEAR-EXH, RETRYING, NEEDS-HUMAN) stay in the header in
 every view; on a fleet, so does the node count, on red when one is down. The
-cursor follows its row as rows move; the status line says when the row left the
-view. An action names its target when it asks and when it is
-done. With `--read-only` or a viewer token every action is hidden and refused.
+cursor follows its row (its object, not its line) as rows move, sort or filter;
+a row it is on that a refresh leaves out stays in sight, dimmed, for a few
+seconds (an alarm firing and re-arming), and the status line says when it has
+left for good. A key acts on the row highlighted when it is pressed, and names
+its target when it asks and when it is done; a key that does not apply to the row
+says why. With `--read-only` or a viewer token every action is hidden, and its
+key says the console is read-only.
 """
 
 

@@ -62,6 +62,13 @@ class MarkingMixin(ConsoleScreen):
             return True
         return super().check_action(action, parameters)
 
+    def why_not(self, action: str) -> str:
+        if action == "bulk" and not self.console.marks:
+            return "nothing is marked: mark rows with space first, or select by query (m)"
+        if action == "select_query" and self.mark_kind() is None:
+            return "select by query works on alarms and executions (views 1-5 and 9)"
+        return super().why_not(action)
+
     def action_mark(self) -> None:
         target = self.mark_target()
         if target is None:

@@ -30,6 +30,7 @@ from alarmtop.tui.screens.marking import MarkingMixin
 from alarmtop.tui.screens.tool_dialogs import SnoozeDialog
 from alarmtop.tui.state import ConsoleState
 from alarmtop.tui.timers import (
+    KIND_LABEL,
     Cursors,
     countdown_style,
     mark_key,
@@ -52,6 +53,18 @@ NARROW = (("due", 15), ("kind", 10), ("target", 18), ("what", 8), ("state", 9),
           ("retry", 5))
 SHORT_TITLE = "Timers, soonest first"
 OLD_SERVER = "execution timers only: this server has no timers board (alarms not listed)"
+
+
+def board_span(first: int, shown: int, more: bool) -> str:
+    """Where the page is on the board, and the board's size as far as it is known: the
+    server pages the board by key and does not count it, so past the last page the
+    total is what was shown, and before it "more than"."""
+    if not shown:
+        return "none" if not first else f"none past {first:,}"
+    last = first + shown
+    if more:
+        return f"{first + 1:,}-{last:,} of more than {last:,}  pgdn: next"
+    return f"{first + 1:,}-{last:,} of {last:,}"
 
 
 def due_cell(text: str) -> Text:
@@ -85,10 +98,12 @@ class TimersScreen(MarkingMixin):
         self.note = ""
         self.loaded = False
         self.cursors = Cursors()
-        self.table = ConsoleTable(id="timer-board", stylers={0: due_cell})
+        self.table = ConsoleTable(id="timer-board", stylers={0: due_cell}, names=(2,))
         self.table.border_title = TITLE
         self.loader = Loader(self, self._load, RefreshGate(), "timers")
         self._versions: tuple[int, int] = (-1, -1)
+        self.rows_first = 0  # the position the rows are for
+        self._drawn_first = 0  # and the one the table shows (another: a page move)
 
     def body(self) -> ComposeResult:
         yield self.table
@@ -116,7 +131,7 @@ class TimersScreen(MarkingMixin):
         rows = list(answer.get("rows") or [])
         self.cursors.learn(start, rows)
         skip = self.first - start
-        self.rows = rows[skip:skip + PAGE]
+        self.rows, self.rows_first = rows[skip:skip + PAGE], self.first
         self.more = len(rows) > skip + PAGE - 1 and answer.get("next") is not None
         self.server_now_ms = answer.get("now_ms")
         self.loaded = True
@@ -146,19 +161,24 @@ class TimersScreen(MarkingMixin):
         table, marks = self.table, self.console.marks
         narrow = (table.scrollable_content_region.width or 150) < 120
         table.set_columns(NARROW if narrow else COLUMNS)
+        before = self.by_key
         self.by_key = {timer_key(r): r for r in self.rows}
         cells = narrow_cells if narrow else timer_cells
         table.show([(key, marked(cells(r, now, 8 if narrow else 34),
                                  (mark_kind(r), mark_key(r)) in marks))
-                    for key, r in self.by_key.items()])
+                    for key, r in self.by_key.items()],
+                   keep="row" if self.rows_first == self._drawn_first else "line",
+                   now=self.console.clock())
+        self._drawn_first = self.rows_first
+        held = table.held
+        if held is not None and held not in self.by_key and held in before:
+            self.by_key[held] = before[held]  # the actions still see it
         late = sum(1 for r in self.rows if overdue(r, now))
         extra = [p for p in (f"{late:,} overdue" if late else "", self.note,
                              marks.summary()) if p]
         title = SHORT_TITLE if narrow else TITLE
         table.border_title = title + (f"  [{'  '.join(extra)}]" if extra else "")
-        first = self.first + 1 if self.rows else 0
-        sub = f"{first:,}-{self.first + len(self.rows):,}" + (
-            "  pgdn: next" if self.more else "")
+        sub = board_span(self.first, len(self.rows), self.more)
         table.border_subtitle = sub if self.loaded else "loading…"
         self.refresh_actions()
 
@@ -193,8 +213,24 @@ class TimersScreen(MarkingMixin):
             return action == "snooze_timer" or not timer.get("paused")
         return super().check_action(action, parameters)
 
+    def why_not(self, action: str) -> str:
+        if action in ("fire_timer", "snooze_timer"):
+            timer = self.selected_timer()
+            if timer is None:
+                return "no timer is selected"
+            if action == "fire_timer" and timer.get("paused"):
+                return f"{self.label(timer)} is paused: resume it first"
+        return super().why_not(action)
+
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.refresh_actions()
+
+    @on(ConsoleTable.SelectionLeft)
+    def _selection_left(self, event: ConsoleTable.SelectionLeft) -> None:
+        where = f"; the cursor is on {event.now.split('|')[1]}" if event.now else ""
+        kind, target = event.left.split("|")[:2]
+        self.say(f"the {KIND_LABEL.get(kind, kind)} of {target} left the board (it fired, "
+                 f"or was moved or removed){where}", "warning")
 
     @on(DataTable.RowSelected, "#timer-board")
     def _drill(self, event: DataTable.RowSelected) -> None:
@@ -218,12 +254,16 @@ class TimersScreen(MarkingMixin):
         what = f"the {kind} of {timer.get('target') or mark_key(timer)}"
         return what + (f" (operation {timer['op_id']})" if timer.get("op_id") else "")
 
-    @work(group="actions")
-    async def action_fire_timer(self) -> None:
+    # The timer acted on is read when the key is pressed (see `ActionsMixin`).
+
+    def action_fire_timer(self) -> None:
         self.table.pin()
         timer = self.selected_timer()
-        if timer is None:
-            return
+        if timer is not None:
+            self._fire_timer(timer)
+
+    @work(group="actions")
+    async def _fire_timer(self, timer: Row) -> None:
         label = self.label(timer)
         due = relative(timer.get("due_ms"), self.console.state.now_ms)
         if self.console.confirm_actions and not await self.app.push_screen_wait(
@@ -232,12 +272,14 @@ class TimersScreen(MarkingMixin):
         await self.console.perform("fire_timer", label, {"key": timer["key"]},
                                    said=lambda _: f"fired {label} now")
 
-    @work(group="actions")
-    async def action_snooze_timer(self) -> None:
+    def action_snooze_timer(self) -> None:
         self.table.pin()
         timer = self.selected_timer()
-        if timer is None:
-            return
+        if timer is not None:
+            self._snooze_timer(timer)
+
+    @work(group="actions")
+    async def _snooze_timer(self, timer: Row) -> None:
         label = self.label(timer)
         due = relative(timer.get("due_ms"), self.console.state.now_ms)
         by = await self.app.push_screen_wait(SnoozeDialog(label, f"due {due}"))

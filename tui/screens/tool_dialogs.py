@@ -22,7 +22,13 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from alarmtop.tui.bulk import parse_duration
 from alarmtop.tui.screens.dialogs import Dialog
-from alarmtop.tui.tools import Operation, fork_needs_force, kept_by_fork, replay_lines
+from alarmtop.tui.tools import (
+    Operation,
+    fork_needs_force,
+    fork_summary,
+    kept_by_fork,
+    replay_lines,
+)
 
 SNOOZE_PRESETS = (("30s", 30_000), ("1m", 60_000), ("5m", 300_000), ("15m", 900_000),
                   ("1h", 3_600_000), ("1d", 86_400_000))
@@ -33,14 +39,17 @@ def field(label: str, widget: Widget) -> Horizontal:
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
 
-def replay_text(report: dict[str, Any], note: str = "") -> Text:
-    """The replay check in a form: green when clean, red where it diverges."""
+def replay_text(report: dict[str, Any], note: str = "", kept: str = "") -> Text:
+    """The replay check in a form: green when clean, red where it diverges; then what a
+    fork keeps (`kept`) and a warning (`note`)."""
     lines = replay_lines(report)
     out = Text("Replay check: ", style="bold")
     out.append(lines[0] + "\n", style="bold green" if report.get("clean") else "bold red")
     for line in lines[1:]:
         out.append(line + "\n", style="red" if line.strip().startswith(
             ("first", "recorded", "handler")) else "dim")
+    if kept:
+        out.append(kept + ("\n" if note else ""))
     if note:
         out.append(note, style="yellow")
     return out
@@ -93,12 +102,13 @@ class _CheckedDialog(Dialog):
 
     def on_mount(self) -> None:
         self.show_buttons()
+        # The reason first: a form opened on its button dropped what was typed into it.
+        self.query_one("#reason", Input).focus()
 
     def show_buttons(self) -> None:
         force = self.needs_force()
         self.query_one("#ok", Button).display = not force
         self.query_one("#force", Button).display = force
-        self.query_one("#ok" if not force else "#recheck", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "cancel":
@@ -127,13 +137,15 @@ class RedriveDialog(_CheckedDialog):
             yield Label("Every recorded result before it is kept; it and the operations "
                         "after it run again, and the execution timeout starts anew.",
                         classes="hint")
+            # The reason first: it has the focus, and a form scrolled down to it on a
+            # small terminal would hide what it is about.
+            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
+                                        placeholder="why (for the audit log)"))
             yield Static(replay_text(self.report, "" if self.report.get("clean") else
                                      "Forcing runs it against a log the handler disagrees "
                                      "with."), id="replay")
             yield field("version", Input(v.get("version", ""), compact=True, id="version",
                                          placeholder=f"pinned: {self.report.get('version')}"))
-            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
-                                        placeholder="why (for the audit log)"))
             yield Label(self.problem, id="problem", classes="problem")
             yield from self.buttons()
 
@@ -174,6 +186,8 @@ class ForkDialog(_CheckedDialog):
         with Vertical(classes="dialog"):
             yield Label(f"Fork {self.label}: a new execution that keeps its recorded results "
                         "before the operation chosen, then runs from it", classes="question")
+            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
+                                        placeholder="why (for the audit log)"))
             yield field("from", Select([(op.label(), op.op_id) for op in self.ops],
                                        value=v.get("from_step", self.start), compact=True,
                                        id="from_step", allow_blank=False))
@@ -184,8 +198,6 @@ class ForkDialog(_CheckedDialog):
                                         placeholder="empty: made up"))
             yield field("version", Input(v.get("version", ""), compact=True, id="version",
                                          placeholder=f"pinned: {self.report.get('version')}"))
-            yield field("reason", Input(v.get("reason", ""), compact=True, id="reason",
-                                        placeholder="why (for the audit log)"))
             yield Label(self.problem, id="problem", classes="problem")
             yield from self.buttons()
 
@@ -214,7 +226,8 @@ class ForkDialog(_CheckedDialog):
         elif div and kept_by_fork(str(div.get("op_id")), self.from_step()):
             note = (f"The fork keeps operation {div.get('op_id')}'s record: forcing runs it "
                     "against a log the handler disagrees with.")
-        self.query_one("#replay", Static).update(replay_text(self.report, note))
+        kept = fork_summary(self.report, self.ops, self.from_step())
+        self.query_one("#replay", Static).update(replay_text(self.report, note, kept))
         self.show_buttons()
 
     @on(Input.Submitted)

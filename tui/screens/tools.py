@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from textual import work
 from textual.binding import Binding
 
-from alarmtop.tui.formatting import relative
+from alarmtop.tui.formatting import duration, relative
 from alarmtop.tui.screens.actions import FINISHED, ActionsMixin
 from alarmtop.tui.screens.dialogs import TextDialog
 from alarmtop.tui.screens.tool_dialogs import ForkDialog, RedriveDialog, ReplayDialog, SnoozeDialog
@@ -33,21 +33,36 @@ TOOL_ACTIONS = ALARM_TOOLS | EXECUTION_TOOLS
 
 def tool_applies(action: str, alarm: Row | None, execution: Row | None) -> bool:
     """Whether a tool applies to the selected alarm or execution row (pure)."""
+    return not tool_refusal(action, alarm, execution)
+
+
+def tool_refusal(action: str, alarm: Row | None, execution: Row | None) -> str:
+    """Why a tool does not apply to the selected row, in a few words; "" when it does
+    (pure)."""
     if action in ALARM_TOOLS:
-        if alarm is None or alarm.get("state") == "dead":
-            return False
-        paused = bool(alarm.get("paused"))
-        return {"pause_alarm": not paused, "resume_alarm": paused}.get(action, True)
+        if alarm is None:
+            return "no alarm is selected"
+        ref, paused = alarm.get("object"), bool(alarm.get("paused"))
+        if alarm.get("state") == "dead":
+            return f"{ref} is a dead letter: re-arm it (r) or clear it (x)"
+        if action == "pause_alarm" and paused:
+            return f"the alarm of {ref} is paused already"
+        if action == "resume_alarm" and not paused:
+            return f"the alarm of {ref} is not paused"
+        return ""
     if execution is None:
-        return False
+        return "no execution is selected"
+    label = f"{execution.get('name')}/{execution.get('execution_id')}"
     status, paused = str(execution.get("status")), bool(execution.get("paused"))
-    if action == "pause_execution":
-        return status not in FINISHED and not paused
-    if action == "resume_execution":
-        return status not in FINISHED and paused
-    if action == "redrive":
-        return status in REDRIVABLE
-    return action in ("fork", "replay_check")
+    if action in ("pause_execution", "resume_execution") and status in FINISHED:
+        return f"{label} has ended ({status})"
+    if action == "pause_execution" and paused:
+        return f"{label} is paused already"
+    if action == "resume_execution" and not paused:
+        return f"{label} is not paused"
+    if action == "redrive" and status not in REDRIVABLE:
+        return f"{label} is {status}: redrive carries on a failed or timed-out execution"
+    return ""
 
 
 class ToolsMixin(ActionsMixin):
@@ -82,14 +97,21 @@ class ToolsMixin(ActionsMixin):
             return tool_applies(action, None, self.selected_execution())
         return super().check_action(action, parameters)
 
+    def why_not(self, action: str) -> str:
+        if action in TOOL_ACTIONS or action in READ_TOOLS:
+            return tool_refusal(action, self.selected_alarm(), self.selected_execution())
+        return super().why_not(action)
+
     # -- pause and resume -----------------------------------------------------------------
+    # As in `ActionsMixin`: the target is read when the key is pressed.
+
+    def action_pause_execution(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._pause_execution(*execution)
 
     @work(group="actions")
-    async def action_pause_execution(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if not eid:
-            return
+    async def _pause_execution(self, eid: str, label: str) -> None:
         reason = await self.app.push_screen_wait(TextDialog(
             f"Pause {label}? It runs nothing until resumed; its timers keep their due times "
             "and what falls due meanwhile runs on resume. Why? (optional; Enter pauses)",
@@ -98,20 +120,25 @@ class ToolsMixin(ActionsMixin):
             await self.console.command("pause", label, execution_id=eid,
                                        **({"reason": reason} if reason else {}))
 
-    @work(group="actions")
-    async def action_resume_execution(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if eid and await self.confirmed(f"Resume {label}? Whatever fell due while it was "
-                                        "paused runs now.", "Resume"):
-            await self.console.command("resume", label, execution_id=eid)
+    def action_resume_execution(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._resume_execution(*execution)
 
     @work(group="actions")
-    async def action_pause_alarm(self) -> None:
+    async def _resume_execution(self, eid: str, label: str) -> None:
+        if await self.confirmed(f"Resume {label}? Whatever fell due while it was paused "
+                                "runs now.", "Resume"):
+            await self.console.command("resume", label, execution_id=eid)
+
+    def action_pause_alarm(self) -> None:
         self.pin_selection()
         ref = self.selected_object()
-        if not ref:
-            return
+        if ref is not None:
+            self._pause_alarm(ref)
+
+    @work(group="actions")
+    async def _pause_alarm(self, ref: str) -> None:
         reason = await self.app.push_screen_wait(TextDialog(
             f"Pause the alarm of {ref}? It is kept, with its retry count, and fires nothing "
             "until resumed. Why? (optional; Enter pauses)", "reason", required=False))
@@ -119,26 +146,32 @@ class ToolsMixin(ActionsMixin):
             await self.console.command("pause_alarm", ref, object=ref,
                                        **({"reason": reason} if reason else {}))
 
-    @work(group="actions")
-    async def action_resume_alarm(self) -> None:
+    def action_resume_alarm(self) -> None:
         self.pin_selection()
         ref = self.selected_object()
-        if ref and await self.confirmed(f"Resume the alarm of {ref}? If it fell due while "
-                                        "paused it fires now.", "Resume"):
-            await self.console.command("resume_alarm", ref, object=ref)
+        if ref is not None:
+            self._resume_alarm(ref)
 
     @work(group="actions")
-    async def action_snooze_alarm(self) -> None:
+    async def _resume_alarm(self, ref: str) -> None:
+        if await self.confirmed(f"Resume the alarm of {ref}? If it fell due while paused it "
+                                "fires now.", "Resume"):
+            await self.console.command("resume_alarm", ref, object=ref)
+
+    def action_snooze_alarm(self) -> None:
         self.pin_selection()
         alarm = self.selected_alarm()
-        if alarm is None:
-            return
-        ref = str(alarm["object"])
-        due = relative(alarm.get("next_attempt_ms") or alarm.get("scheduled_ms"),
-                       self.console.state.now_ms)
+        if alarm is not None:
+            self._snooze_alarm(str(alarm["object"]),
+                               alarm.get("next_attempt_ms") or alarm.get("scheduled_ms"))
+
+    @work(group="actions")
+    async def _snooze_alarm(self, ref: str, due_ms: int | None) -> None:
+        due = relative(due_ms, self.console.state.now_ms)
         by = await self.app.push_screen_wait(SnoozeDialog(f"the alarm of {ref}", f"due {due}"))
         if by:
-            await self.console.command("snooze_alarm", ref, object=ref, by_ms=int(by))
+            await self.console.perform("snooze_alarm", ref, {"object": ref, "by_ms": int(by)},
+                                       said=lambda _: f"snoozed {ref} by {duration(int(by))}")
 
     # -- the replay check, redrive and fork ---------------------------------------------
 
@@ -150,21 +183,27 @@ class ToolsMixin(ActionsMixin):
                      "information" if report.get("clean") else "warning")
         return report
 
-    @work(group="actions")
-    async def action_replay_check(self) -> None:
-        eid, label = self.selected_execution_id(), self.execution_label()
-        if eid:
-            report = await self.replay(eid, label)
-            if report is not None:
-                await self.app.push_screen_wait(ReplayDialog(label, report))
+    def action_replay_check(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._replay_check(*execution)
 
     @work(group="actions")
-    async def action_redrive(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
+    async def _replay_check(self, eid: str, label: str) -> None:
+        report = await self.replay(eid, label)
+        if report is not None:
+            await self.app.push_screen_wait(ReplayDialog(label, report))
+
+    def action_redrive(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._redrive(*execution)
+
+    @work(group="actions")
+    async def _redrive(self, eid: str, label: str) -> None:
         fields: dict[str, str] = {}
         problem = ""
-        while eid:  # a re-check or a refusal opens the form again, as it was typed
+        while True:  # a re-check or a refusal opens the form again, as it was typed
             report = await self.replay(eid, label, fields.get("version", "").strip() or None)
             if report is None:
                 return
@@ -182,13 +221,16 @@ class ToolsMixin(ActionsMixin):
                 return
             problem = outcome.error
 
+    def action_fork(self) -> None:
+        execution = self.chosen_execution()
+        if execution is not None:
+            self._fork(*execution)
+
     @work(group="actions")
-    async def action_fork(self) -> None:
-        self.pin_selection()
-        eid, label = self.selected_execution_id(), self.execution_label()
-        detail = await self.console.fetch("execution", execution_id=eid) if eid else None
+    async def _fork(self, eid: str, label: str) -> None:
+        detail = await self.console.fetch("execution", execution_id=eid)
         ops = operations((detail or {}).get("history") or [])
-        if not eid or not ops:
+        if not ops:
             self.say(f"{label} has no operation to fork from yet", "warning")
             return
         fields: dict[str, str] = {}

@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.events import Resize
+from textual.timer import Timer
 from textual.widgets import Footer, Static
 
 COMPACT_BELOW = 120
@@ -66,18 +67,36 @@ class FooterRow(Horizontal):
 
 class StatusLine(Static):
     """One line for what the console says about the view: where the cursor went when
-    its row left, the result of the last action, a refused sort."""
+    its row left, the result of the last action, a refused sort.
+
+    What it says is about the view as it was then: it goes after `LIFE_S` seconds
+    (and when the operator leaves the view), rather than stay to contradict what the
+    view shows later."""
 
     DEFAULT_CSS = """
     StatusLine { height: 1; padding: 0 1; color: $text-muted; }
     StatusLine.-warning { color: $warning; }
     StatusLine.-error { color: $error; }
     """
+    LIFE_S = 15.0
+
+    _expiry: Timer | None = None
 
     def say(self, text: str, severity: str = "information") -> None:
         self.set_class(severity == "warning", "-warning")
         self.set_class(severity == "error", "-error")
         self.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        if self._expiry is not None:
+            self._expiry.stop()
+        self._expiry = self.set_timer(self.LIFE_S, self.clear, name="status-line")
+
+    def clear(self) -> None:
+        if self._expiry is not None:
+            self._expiry.stop()
+            self._expiry = None
+        self.set_class(False, "-warning")
+        self.set_class(False, "-error")
+        self.update("")
 
     @property
     def text(self) -> str:

@@ -12,13 +12,15 @@ from textual.events import Resize
 from textual.widgets import Static
 
 from alarmtop.tui.fleet import nodes_header
-from alarmtop.tui.formatting import STATE_STYLE, count, duration, sparkline
+from alarmtop.tui.formatting import STATE_STYLE, clock_text, count, duration, sparkline
 from alarmtop.tui.state import ConsoleState
 
 WIDE = 110
 
 
 def urgent_counts(state: ConsoleState, gap: str = " ") -> Text:
+    """The urgent counts, each on its colour when not 0; all dim while disconnected
+    (they are the last ones heard, not the server's now)."""
     c = state.counts
     alarms = c.get("alarms", {})
     out = Text()
@@ -26,7 +28,8 @@ def urgent_counts(state: ConsoleState, gap: str = " ") -> Text:
                      ("NEAR-EXH", c.get("near_exhaustion", 0)),
                      ("RETRYING", alarms.get("retrying", 0)),
                      ("NEEDS-HUMAN", c.get("needs_human", 0))):
-        out.append(f" {label} {count(int(n))} ", style=STATE_STYLE[label] if n else "dim")
+        live = n and state.connected
+        out.append(f" {label} {count(int(n))} ", style=STATE_STYLE[label] if live else "dim")
         out.append(gap)
     return out
 
@@ -37,12 +40,17 @@ def faults(state: ConsoleState) -> Text:
 
 
 def totals(state: ConsoleState) -> str:
-    """Objects and alarms. Live objects are not all among those with storage: an object
-    that never wrote anything has no database (and "11 stored, 12 live" read wrong)."""
+    """Objects, executions and alarms. Live objects are not all among those with storage:
+    an object that never wrote anything has no database (and "11 stored, 12 live" read
+    wrong). Each execution is an object with storage of its own: the server counts them
+    among the stored objects, said apart here ("15 with storage" counted 12 of them)."""
     c = state.counts
     alarms = sum(int(v) for v in c.get("alarms", {}).values())
-    return (f"objects {count(int(c.get('resident', 0)))} live, "
-            f"{count(int(c.get('objects', 0)))} with storage  alarms {count(alarms)}")
+    executions = sum(int(v) for v in (c.get("executions") or {}).values())
+    stored = max(0, int(c.get("objects", 0)) - executions)
+    return (f"objects {count(int(c.get('resident', 0)))} live, {count(stored)} with storage"
+            + (f"  executions {count(executions)}" if executions else "")
+            + f"  alarms {count(alarms)}")
 
 
 def rates(state: ConsoleState) -> Text:
@@ -57,9 +65,19 @@ def rates(state: ConsoleState) -> Text:
 
 
 def _connection(state: ConsoleState) -> Text:
+    """While not connected: what happened in capitals ("DISCONNECTED"), then the reason
+    as the system said it (an upper-cased "CONNECTION REFUSED: [ERRNO 111]" read as
+    shouting), and since when the counts are the last ones heard."""
     if state.connected:
         return Text()
-    return Text(f" {state.status.upper()} ", style="bold white on red")
+    head, _, rest = state.status.partition(", ") if state.status.startswith(
+        "disconnected") else state.status.partition(": ")
+    out = Text(f" {head.upper()} ", style="bold white on red")
+    if rest:
+        out.append(f" {rest}", style="bold red")
+    if state.now_ms:
+        out.append(f"  counts as of {clock_text(state.now_ms)}", style="dim")
+    return out
 
 
 def _nodes(state: ConsoleState) -> Text:
