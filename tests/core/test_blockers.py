@@ -8,6 +8,7 @@ from typing import Any
 
 from alarmtop.core import DurableObject, ObjectContext, VirtualClock
 from tests.conftest import START_MS, RuntimeFactory
+from tests.core.tracked import spawn
 
 HANDLES: dict[str, Any] = {}
 
@@ -42,9 +43,9 @@ async def test_a_blocker_started_from_a_call_holds_that_call_and_the_next(
     event ran while it still held the object."""
     rt = await make_runtime(Napper)
     stub = rt.get(Napper, "call")
-    hold = clock.spawn(stub.hold())
+    hold = spawn(clock, stub.hold())
     await asyncio.sleep(0)
-    ping = clock.spawn(stub.ping())
+    ping = spawn(clock, stub.ping())
     await clock.advance(1)
     assert not hold.done(), "the call returned while its blocker was still running"
     assert not ping.done(), "the next event ran while the blocker held the object"
@@ -58,13 +59,13 @@ async def test_awaiting_a_blocker_from_a_tracked_task_lets_time_move(
     """Observation 12: a test task that awaited the blocker counted as busy while the
     blocker slept on the same clock, so `advance` never returned."""
     rt = await make_runtime(Napper)
-    call = clock.spawn(rt.get(Napper, "ctor-1").ping())
+    call = spawn(clock, rt.get(Napper, "ctor-1").ping())
     await asyncio.sleep(0)
 
     async def wait_for_blocker() -> Any:
         return await HANDLES["ctor-1"]
 
-    waiter = clock.spawn(wait_for_blocker())
+    waiter = spawn(clock, wait_for_blocker())
     await asyncio.wait_for(clock.advance(10), timeout=10)
     assert await waiter == "rested"
     assert await call == [["nap done", 5000], ["ping", 5000]]

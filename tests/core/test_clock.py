@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from alarmtop.core.kernel.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock
-from alarmtop.core.kernel.supervisor import Supervisor, Wakeup
+from alarmtop.core.kernel.supervisor import Wakeup
 from tests.conftest import START_MS
+from tests.core.tracked import spawn
 
 
 async def spin(rounds: int = 10) -> None:
@@ -23,13 +23,6 @@ async def spin(rounds: int = 10) -> None:
 
 def elapsed(clock: VirtualClock) -> int:
     return clock.now_ms() - START_MS
-
-
-def spawn(clock: VirtualClock, coro: Coroutine[Any, Any, Any],
-          name: str | None = None) -> asyncio.Task[Any]:
-    """A task tracked on the clock's busy accounting, as the runtime's supervisor
-    starts its own: `advance` waits for it to be idle."""
-    return Supervisor(clock.tracker, "test").spawn(coro, name)
 
 
 # -- VirtualClock.advance --------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 from alarmtop.core import AlarmInfo, DurableObject, ObjectContext, Runtime, VirtualClock
 from alarmtop.core.model.errors import ReentrantCall, SqlError
 from tests.conftest import START_MS, RuntimeFactory
+from tests.core.tracked import spawn
 
 
 @dataclass
@@ -74,7 +75,7 @@ async def test_events_for_one_object_never_interleave(make_runtime: RuntimeFacto
     rt = await make_runtime(Worker, env=env)
     obj = rt.get(Worker, "w")
     await obj.arm(START_MS + 500)  # falls due while the first call sleeps
-    tasks = [clock.spawn(obj.work(f"rpc{i}", 1)) for i in range(4)]
+    tasks = [spawn(clock, obj.work(f"rpc{i}", 1)) for i in range(4)]
     await clock.advance(10)
     ends = await asyncio.gather(*tasks)
 
@@ -90,7 +91,7 @@ async def test_different_objects_run_concurrently(make_runtime: RuntimeFactory,
     """Two objects sleeping 10 s each both finish at +10 s (not +20 s)."""
     env = Env()
     rt = await make_runtime(Worker, env=env)
-    tasks = [clock.spawn(rt.get(Worker, name).work(name, 10)) for name in ("a", "b")]
+    tasks = [spawn(clock, rt.get(Worker, name).work(name, 10)) for name in ("a", "b")]
     await clock.advance(9.999)
     assert not any(t.done() for t in tasks)
     await clock.advance(0.001)
@@ -127,7 +128,7 @@ async def test_block_concurrency_while_holds_events(make_runtime: RuntimeFactory
     env = Env()
     rt = await make_runtime(Slow, env=env)
     obj = rt.get(Slow, "s")
-    tasks = [clock.spawn(obj.probe(f"p{i}")) for i in range(3)]
+    tasks = [spawn(clock, obj.probe(f"p{i}")) for i in range(3)]
     await clock.advance(4.999)
     assert not any(t.done() for t in tasks)
     await clock.advance(0.001)
@@ -142,13 +143,13 @@ async def test_init_runs_on_every_wake(make_runtime: RuntimeFactory,
     env = Env()
     rt = await make_runtime(Slow, env=env, hibernate_after=10)
     obj = rt.get(Slow, "s")
-    task = clock.spawn(obj.probe("first"))
+    task = spawn(clock, obj.probe("first"))
     await clock.advance(5)
     assert (await task)["setups"] == 1
     # (A restart is a wake too; use one so this test does not depend on the reaper.)
     await rt.stop()
     rt2 = await make_runtime(Slow, env=env)
-    task = clock.spawn(rt2.get(Slow, "s").probe("second"))
+    task = spawn(clock, rt2.get(Slow, "s").probe("second"))
     await clock.advance(5)
     result = await task
     assert (result["ready_at"], result["setups"]) == (10_000, 2)

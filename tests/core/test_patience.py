@@ -16,6 +16,7 @@ from alarmtop.core import DurableObject, VirtualClock
 from alarmtop.core.kernel.supervisor import patience, patience_left
 from alarmtop.core.model.errors import ObjectBusy
 from tests.conftest import RuntimeFactory
+from tests.core.tracked import spawn
 
 
 class Slow(DurableObject):
@@ -33,7 +34,7 @@ class Slow(DurableObject):
 async def test_a_caller_out_of_patience_is_told_what_holds_the_object(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     rt = await make_runtime(Slow)
-    holder = clock.spawn(rt.get(Slow, "s").hold(60))
+    holder = spawn(clock, rt.get(Slow, "s").hold(60))
     await clock.advance(7)
     assert not holder.done()
     with patience(0.05), pytest.raises(ObjectBusy) as caught:
@@ -63,9 +64,9 @@ async def test_patience_belongs_to_the_task_that_set_it() -> None:
 async def test_without_patience_the_caller_waits_its_turn(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     rt = await make_runtime(Slow)
-    holder = clock.spawn(rt.get(Slow, "s").hold(60))
+    holder = spawn(clock, rt.get(Slow, "s").hold(60))
     await clock.advance(1)
-    waiter = clock.spawn(rt.get(Slow, "s").put(2))
+    waiter = spawn(clock, rt.get(Slow, "s").put(2))
     await clock.advance(60)
     await holder
     await waiter
@@ -78,7 +79,7 @@ async def test_clearing_a_delay_fault_ends_the_delay_now(
     fid = rt.faults.inject("Slow/s", "alarm_delay", times=1, seconds=60)
     fault = rt.faults.take("Slow/s", "alarm_delay")
     assert fault is not None
-    sleeper = clock.spawn(rt.faults.delay(fault, clock))
+    sleeper = spawn(clock, rt.faults.delay(fault, clock))
     await clock.advance(5)
     assert not sleeper.done()
     # Used up, but listed while its delay runs: an operator can still clear it.
@@ -95,7 +96,7 @@ async def test_a_delay_that_ends_by_itself_leaves_no_trace(
     fid = rt.faults.inject("Slow/s", "alarm_delay", times=None, seconds=2)
     fault = rt.faults.take("Slow/s", "alarm_delay")
     assert fault is not None
-    sleeper = clock.spawn(rt.faults.delay(fault, clock))
+    sleeper = spawn(clock, rt.faults.delay(fault, clock))
     await clock.advance(2)
     assert sleeper.done()
     assert [f["id"] for f in rt.faults.list()] == [fid]  # 'always': still there
