@@ -69,6 +69,21 @@ def engine_settings() -> dict[str, Any]:
                 for k in ("fsync", "synchronous_commit")}
 
 
+def recorded_sleeps() -> list[tuple[str, float]]:
+    """(workflow id, wake-up time in epoch seconds) of every `DBOS.sleep` checkpoint,
+    as DBOS recorded them, read through its own engine before `destroy()`."""
+    import json
+
+    from dbos._dbos import _get_dbos_instance
+
+    engine = _get_dbos_instance()._sys_db.engine
+    table = "operation_outputs" if engine.dialect.name == "sqlite" else "dbos.operation_outputs"
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(f"SELECT workflow_uuid, output FROM {table} "
+                                    "WHERE function_name = 'DBOS.sleep'").fetchall()
+    return [(str(wf), float(json.loads(out))) for wf, out in rows]
+
+
 def sqlite_settings(path: Path) -> dict[str, Any]:
     """The journal mode and synchronous level a new connection to `path` gets."""
     conn = sqlite3.connect(path)
