@@ -55,8 +55,8 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     if len(values) < samples_needed(p):
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(p / 100 * len(ordered) + 0.5) - 1))
-    return float(ordered[rank])
+    rank = max(1, math.ceil(p / 100 * len(ordered) - 1e-9))  # nearest rank, from 1
+    return float(ordered[min(rank, len(ordered)) - 1])
 
 
 def peak_rss_mb() -> float:
