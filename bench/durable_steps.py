@@ -465,9 +465,10 @@ def main() -> None:
     parser.add_argument("--size-concurrency", type=int, default=500)
     parser.add_argument("--profile", default=None,
                         help="profile one alarmtop run of the first --modes (pyinstrument)")
-    parser.add_argument("--postgres", default=None, metavar="DSN",
+    parser.add_argument("--postgres", nargs="?", const="", default=None, metavar="DSN",
                         help="PostgreSQL for the -pg systems: the server of DSN (a "
-                        "maintenance database); default: a throwaway cluster, fsync on")
+                        "maintenance database); without DSN, or by default, a throwaway "
+                        "cluster from the machine's binaries, fsync on")
     args = parser.parse_args()
     if args.child:
         child(json.loads(args.child))

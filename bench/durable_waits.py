@@ -225,7 +225,10 @@ def main() -> None:
     parser.add_argument("--executions", type=int, default=None, help="N (full 1,000)")
     parser.add_argument("--max-wait-s", type=int, default=None, help="full 10")
     parser.add_argument("--systems", default=",".join(SYSTEMS))
-    parser.add_argument("--postgres", default=None, metavar="DSN")
+    parser.add_argument("--postgres", nargs="?", const="", default=None, metavar="DSN",
+                        help="PostgreSQL for the -pg systems: the server of DSN (a "
+                        "maintenance database); without DSN, or by default, a throwaway "
+                        "cluster from the machine's binaries, fsync on")
     args = parser.parse_args()
     if args.child:
         emit_child(asyncio.run(one_run(json.loads(args.child))))
