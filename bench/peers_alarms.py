@@ -378,8 +378,10 @@ def main() -> None:
     unknown = set(systems) - set(SYSTEMS)
     if unknown:
         raise SystemExit(f"unknown systems {sorted(unknown)}: choose from {SYSTEMS}")
-    print_config("scenario 1 against its peers", config(args, n, spread_s, systems))
     fsync0 = fsync_rate(args.dir)
+    cfg = config(args, n, spread_s, systems)
+    cfg["fsync rate at the start (SQLite commits/s, WAL, FULL)"] = round(fsync0)
+    print_config("scenario 1 against its peers", cfg)
     results: dict[tuple[str, str], Table] = {}
     seen_settings: dict[str, dict[str, str]] = {}
     for shape in shapes:
@@ -412,7 +414,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({t.title: t.as_dict() for t in results.values()}))
     write_json(args.json_out, {
-        "script": "peers_alarms", "config": config(args, n, spread_s, systems),
+        "script": "peers_alarms", "config": cfg,
         "settings": seen_settings, "fsync": [fsync0, fsync1], "ratios": ratios.rows,
         "tables": {t.title: t.as_dict() for t in results.values()}})
 
