@@ -37,16 +37,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import resource
-import shutil
 import sys
 import time
 from array import array
 from pathlib import Path
 from typing import Any
 
-from common import Table, base_parser, emit_child, peak_rss_mb, percentile, run_child, work_dir
+from common import (
+    Table,
+    base_parser,
+    emit_child,
+    loadavg,
+    machine,
+    peak_rss_mb,
+    percentile,
+    print_config,
+    run_child,
+    work_area,
+    write_json,
+)
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock
 
@@ -58,10 +68,7 @@ WARMUP_S = 2.0  # firing steadily before the clients connect
 CONNECT_TIMEOUT_S = 60.0
 
 
-def loadavg() -> float:
-    """The 1-minute load average."""
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
+__all__ = ["Plan", "Ticker", "loadavg"]  # loadavg: for the scripts that imported it here
 
 
 def cpu_s() -> float:
@@ -336,29 +343,31 @@ def main() -> None:
         emit_child(asyncio.run(serve_run(json.loads(args.child))))
         return
     seconds = args.seconds or (10.0 if args.quick else 60.0)
-    print(f"{os.cpu_count()} CPUs, load average {loadavg()}", file=sys.stderr)
+    print_config("fan-out of the ops feed", {
+        "machine": machine(), "runtime": f"{args.objects:,} objects firing {args.rate:,.0f} "
+        "alarms/s, embedded SQLite (WAL, synchronous=FULL), OpsServer tick 0.25 s",
+        "viewers": args.clients, "window": f"{seconds:g} s"})
     tables = []
     for clients in (int(c) for c in args.clients.split(",")):
         table = Table(f"fan-out: {clients} viewers, {args.objects:,} objects firing "
                       f"{args.rate:,.0f}/s, {seconds:g} s windows")
         for _ in range(max(3, args.repeats)):
-            root = work_dir(args.dir, "fanout-")
-            opts = {"dir": str(root / "data"), "objects": args.objects, "rate": args.rate,
-                    "clients": clients, "seconds": seconds}
-            try:
+            with work_area(args.dir, "fanout-") as root:
+                opts = {"dir": str(root / "data"), "objects": args.objects, "rate": args.rate,
+                        "clients": clients, "seconds": seconds}
                 result = run_child(__file__, ["--child", json.dumps(opts)])
-            finally:
-                shutil.rmtree(root, ignore_errors=True)
             for key in UNITS:
                 table.add(LABELS[key], result[key], UNITS[key])
             print(f"  {clients} viewers: fired {result['fired_per_s']:,.0f}/s, delta p99 "
-                  f"{result['latency_p99_ms']:.1f} ms, server CPU "
+                  f"{result['latency_p99_ms'] or 0:.1f} ms, server CPU "
                   f"{result['server_cpu_pct']:.0f}%", file=sys.stderr)
         table.print()
         tables.append(table)
     print(f"load average at the end: {loadavg()}")
     if args.json:
         print(json.dumps({t.title: t.as_dict() for t in tables}))
+    write_json(args.json_out, {"script": "fanout",
+                               "tables": {t.title: t.as_dict() for t in tables}})
 
 
 if __name__ == "__main__":

@@ -21,8 +21,12 @@ Reported:
     .venv/bin/python bench/load.py [--quick] [--objects 1000] [--viewers 50]
         [--duration 60] [--no-write] [--dir DIR] [--json]
 
-`--quick` runs 10 s. Lateness includes the machine's own noise; run on a quiet
-machine, and see bench/physical_limits.py for what the disk and asyncio allow.
+`--quick` runs 10 s. Each of the (at least 3) repeats is a fresh runtime on a fresh
+data dir, in this process, with a fresh viewers process; the figures are printed for
+each run, then as medians with min-max. Lateness includes the machine's own noise;
+see bench/physical_limits.py for what the disk and asyncio allow.
+
+Full: about 4 min (3 x 60 s measured, plus warm-up); --quick: about 1.5 min.
 """
 
 from __future__ import annotations
@@ -38,7 +42,16 @@ import time
 from array import array
 from typing import Any
 
-from common import base_parser, peak_rss_mb, percentile, work_dir
+from common import (
+    Table,
+    base_parser,
+    machine,
+    peak_rss_mb,
+    percentile,
+    print_config,
+    work_dir,
+    write_json,
+)
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock
 from alarmtop.server.app import OpsServer
@@ -192,8 +205,7 @@ async def run(opts: Any) -> dict[str, Any]:
     feed = {"feed_deltas_built": server.feed.seq, "events_in": server.feed.events_in}
     await server.stop()
     await rt.stop()
-    if opts.dir is None:
-        shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(data, ignore_errors=True)
     late = env.lateness
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     expected = opts.objects * elapsed * 1000 / PERIOD_MS
@@ -210,7 +222,7 @@ async def run(opts: Any) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> None:
-    r = result
+    r = {k: (0.0 if v is None else v) for k, v in result.items()}  # n/a percentiles: 0
     print(f"\n== load: {r['objects']} objects re-arming every {PERIOD_MS} ms for "
           f"{r['duration_s']} s, {r['viewer_viewers']} viewers "
           f"({'handler writes a counter' if r['write'] else 're-arm only'})")
@@ -247,10 +259,25 @@ def main() -> None:
                         help="seconds of load before measuring")
     opts = parser.parse_args()
     opts.duration = opts.duration or (10.0 if opts.quick else 60.0)
-    result = asyncio.run(run(opts))
-    report(result)
+    print_config("load: alarms and viewers", {
+        "machine": machine(), "runtime": "embedded SQLite (WAL, synchronous=FULL), "
+        "OpsServer", "objects": opts.objects, "viewers": opts.viewers,
+        "measured": f"{opts.duration:g} s after {opts.warmup:g} s of warm-up"})
+    table = Table(f"load: {opts.objects} objects every {PERIOD_MS} ms, {opts.viewers} viewers, "
+                  f"{opts.duration:g} s")
+    results = []
+    for _ in range(max(3, opts.repeats)):
+        result = asyncio.run(run(opts))
+        report(result)
+        results.append(result)
+        for key, value in result.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                table.add(key, value)
+    table.print()
     if opts.json:
-        print(json.dumps(result))
+        print(json.dumps(results))
+    write_json(opts.json_out, {"script": "load", "runs": results,
+                               "tables": {table.title: table.as_dict()}})
 
 
 if __name__ == "__main__":

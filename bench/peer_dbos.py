@@ -1,4 +1,6 @@
-"""DBOS (the `dbos` PyPI package) on a SQLite system database, as the peer of scenario 3.
+"""DBOS (the `dbos` PyPI package) as the peer of scenario 3, on PostgreSQL (what its
+documentation recommends for production) or on a SQLite system database (its
+default, for development).
 
 `launch(path, journal)` opens a fresh system database in the journal mode asked for
 ("default": SQLite's rollback journal, what DBOS creates; "wal": the file is switched
@@ -51,6 +53,35 @@ def launch_url(url: str) -> Any:
     for name in ("dbos", "dbos._logger"):
         logging.getLogger(name).setLevel(logging.WARNING)
     return DBOS
+
+
+def engine_settings() -> dict[str, Any]:
+    """The durability settings DBOS's own system-database connections have: journal
+    mode and synchronous on SQLite, fsync and synchronous_commit on PostgreSQL."""
+    from common import sqlite_pragmas
+    from dbos._dbos import _get_dbos_instance
+
+    engine = _get_dbos_instance()._sys_db.engine  # read only: DBOS has no public handle
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            return sqlite_pragmas(conn.connection.driver_connection)
+        return {k: conn.exec_driver_sql(f"SHOW {k}").scalar()
+                for k in ("fsync", "synchronous_commit")}
+
+
+def recorded_sleeps() -> list[tuple[str, float]]:
+    """(workflow id, wake-up time in epoch seconds) of every `DBOS.sleep` checkpoint,
+    as DBOS recorded them, read through its own engine before `destroy()`."""
+    import json
+
+    from dbos._dbos import _get_dbos_instance
+
+    engine = _get_dbos_instance()._sys_db.engine
+    table = "operation_outputs" if engine.dialect.name == "sqlite" else "dbos.operation_outputs"
+    with engine.connect() as conn:
+        rows = conn.exec_driver_sql(f"SELECT workflow_uuid, output FROM {table} "
+                                    "WHERE function_name = 'DBOS.sleep'").fetchall()
+    return [(str(wf), float(json.loads(out))) for wf, out in rows]
 
 
 def sqlite_settings(path: Path) -> dict[str, Any]:

@@ -28,7 +28,6 @@ import asyncio
 import gc
 import json
 import os
-import shutil
 import time
 import tracemalloc
 from typing import Any
@@ -38,9 +37,12 @@ from common import (
     base_parser,
     current_rss_mb,
     emit_child,
+    machine,
     peak_rss_mb,
+    print_config,
     run_child,
-    work_dir,
+    work_area,
+    write_json,
 )
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, SystemClock
@@ -180,22 +182,24 @@ def main() -> None:
         return
     objects = args.objects or (100_000 if args.quick else 1_000_000)
     wake = args.wake or (500 if args.quick else 2_000)
+    print_config("pending scale", {
+        "machine": machine(), "pending alarms": objects, "objects woken per round": wake,
+        "runtime": "embedded SQLite (WAL, synchronous=FULL), SystemClock"})
     table = Table(f"pending scale: {objects:,} pending alarms over {objects:,} objects")
     for _ in range(max(3, args.repeats)):
-        root = work_dir(args.dir, "pending-scale-")
-        try:
+        with work_area(args.dir, "pending-scale-") as root:
             opts: dict[str, Any] = {"dir": str(root / "data"), "objects": objects,
                                     "wake": wake, "phase": "schedule"}
             first = run_child(__file__, ["--child", json.dumps(opts)])
             opts.update(phase="restart", first_due_ms=first.pop("first_due_ms"))
             second = run_child(__file__, ["--child", json.dumps(opts)])
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
         for key, value in {**first, **second}.items():
             table.add(LABELS[key], value, UNITS[key])
     table.print()
     if args.json:
         print(json.dumps(table.as_dict()))
+    write_json(args.json_out, {"script": "pending_scale",
+                               "tables": {table.title: table.as_dict()}})
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import sqlite3
 import time
 from pathlib import Path
 
 import aiosqlite
-from common import Table, base_parser, percentile, work_dir
+from common import Table, base_parser, machine, percentile, print_config, work_area, write_json
 
 SCHEMA = "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)"
 PAYLOAD = "x" * 100
@@ -87,10 +86,12 @@ def main() -> None:
     args = base_parser(__doc__).parse_args()
     single, batches = (500, 100) if args.quick else (3000, 500)
     timer_s = 1.0 if args.quick else 5.0
+    print_config("physical limits", {"machine": machine(),
+                                     "SQLite": "WAL, synchronous=FULL, one row or 100 per "
+                                               "transaction"})
     table = Table(f"physical limits ({'quick' if args.quick else 'full'})")
     for i in range(max(3, args.repeats)):
-        root = work_dir(args.dir, "physical-")
-        try:
+        with work_area(args.dir, "physical-") as root:
             t = sqlite_commits(root / f"a{i}.db", single, 1)
             table.add("sqlite3 commits/s (1 row/txn)", single / t, "/s")
             t = sqlite_commits(root / f"b{i}.db", batches, 100)
@@ -104,11 +105,11 @@ def main() -> None:
             table.add("asyncio timers at 10,000/s: lateness p50", percentile(late, 50), "ms")
             table.add("asyncio timers at 10,000/s: lateness p99", percentile(late, 99), "ms")
             table.add("asyncio timers at 10,000/s: lateness max", max(late), "ms")
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
     table.print()
     if args.json:
         print(json.dumps(table.as_dict()))
+    write_json(args.json_out, {"script": "physical_limits", "tables": {
+        table.title: table.as_dict()}})
 
 
 if __name__ == "__main__":
