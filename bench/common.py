@@ -323,7 +323,10 @@ def sqlite_pragmas(conn: sqlite3.Connection) -> dict[str, str]:
 async def alarmtop_sqlite_settings(rt: Any) -> dict[str, str]:
     """alarmtop's runtime database settings, read on its own writer connection; a
     run that does not have WAL and synchronous=FULL is refused, not measured."""
-    settings = await rt.backend.database.read(sqlite_pragmas)
+    # `alarm_index` is the runtime database's name before core was laid out by role:
+    # one script measures both sides of that change.
+    database = getattr(rt.backend, "database", None) or rt.backend.alarm_index
+    settings = await database.read(sqlite_pragmas)
     if settings != {"journal_mode": "wal", "synchronous": "FULL"}:
         raise SystemExit(f"alarmtop's runtime database is not WAL + FULL: {settings}")
     return dict(settings)
