@@ -22,6 +22,7 @@ from alarmtop.core.kernel.clock import SystemClock
 from alarmtop.core.kernel.cron import CronFn, CronJob, CronRunner
 from alarmtop.core.kernel.descriptors import Reservations
 from alarmtop.core.kernel.events import EventBus
+from alarmtop.core.kernel.executions.aws.service import AwsService
 from alarmtop.core.kernel.executions.engine import ExecutionEngine
 from alarmtop.core.kernel.executions.execution_object import make_execution_class
 from alarmtop.core.kernel.executions.functions import DurableFunction
@@ -135,10 +136,12 @@ class Runtime:
         # -- durable executions: execution objects share one engine ----------------------
         self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
         self.ledger = Ledger(self.backend.execution_log, self.events, self.faults, self.clock)
+        # The service side of the AWS SDK: the executions of register_lambda's functions.
+        self.aws = AwsService(self.clock, self.faults, self.tasks, self._execution_stub)
         self._engine = ExecutionEngine(
             self.backend.execution_log, self.events, self.faults, self.clock, rng,
             start_execution=self._start_child, call_execution=self._call_execution,
-            hooks=self.hooks)
+            aws=self.aws, hooks=self.hooks)
         access = ExecutionAccess(self._engine, self._execution_stub)
         callbacks = Callbacks(access)
         self.executions = Executions(access, self.audit, callbacks,
@@ -217,10 +220,28 @@ class Runtime:
             raise InvalidArgument("register_execution() takes a function decorated with "
                                   "@durable_execution")
         self._engine.register(fn)
+        self._execution_class()
+        return fn
+
+    def register_lambda(self, function_name: str, handler: Any, *, isolation: str = "thread",
+                        endpoint: str | None = None, durable: bool | None = None,
+                        version: str | None = None, timeout: int | None = None,
+                        retries: RetryPolicy | None = None) -> Any:
+        """Run a handler of the AWS SDK (`@durable_execution`, or "module:attr") as the
+        Lambda-style function `function_name`, unchanged: `executions.start(function_name,
+        ...)` runs it, in worker threads; a chained invoke may name it. A handler that is
+        not the SDK's is a plain function (`durable=False`), called once per invoke.
+        `timeout`: the execution timeout (s); `retries`: failed invocations' retries."""
+        fn = self.aws.functions.add(function_name, handler, isolation=isolation,
+                                    endpoint=endpoint, durable=durable, version=version,
+                                    timeout_s=timeout, retries=retries)
+        self._execution_class()
+        return fn
+
+    def _execution_class(self) -> None:
         if EXECUTION_CLASS not in self._classes:
             self._classes.register(make_execution_class(self._engine),
                                    retry_policy=EXECUTION_RETRIES)
-        return fn
 
     def add_plugin(self, plugin: Any) -> Any:
         """Add a lifecycle hook plugin (see `alarmtop.core.hooks`), after those there are;
@@ -292,6 +313,7 @@ class Runtime:
         if node is not None:
             await node.join()
         self.tasks.reopen()
+        self.aws.reopen()
         self._state.running = True
         await self.scheduler.start(self._dispatcher)
         self.host.start()
@@ -335,6 +357,7 @@ class Runtime:
                 _log_left_behind(what)
 
         await step("cron jobs", self._cron.stop())
+        await step("lambda invocations", self.aws.stop())
         if self.node is not None:
             # At most half of what is left of the grace: the hand-over of the shards,
             # at the end of the stop, must still fit in it.
