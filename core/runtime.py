@@ -22,7 +22,7 @@ from alarmtop.core.kernel.clock import SystemClock
 from alarmtop.core.kernel.cron import CronFn, CronJob, CronRunner
 from alarmtop.core.kernel.descriptors import Reservations
 from alarmtop.core.kernel.events import EventBus
-from alarmtop.core.kernel.executions.aws.service import AwsService
+from alarmtop.core.kernel.executions.aws.service import AwsOptions, AwsService
 from alarmtop.core.kernel.executions.engine import ExecutionEngine
 from alarmtop.core.kernel.executions.execution_object import make_execution_class
 from alarmtop.core.kernel.executions.functions import DurableFunction
@@ -79,6 +79,7 @@ class Runtime:
         plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
             event, alarm attempt, execution invocation, operation and step attempt, and
             operator command; `add_plugin()` adds more.
+        aws: how the AWS SDK's handlers are served (`AwsOptions`: limits, ARNs, workers).
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -93,7 +94,7 @@ class Runtime:
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
                  keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
-                 plugins: Iterable[Any] = ()) -> None:
+                 plugins: Iterable[Any] = (), aws: AwsOptions | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -137,7 +138,7 @@ class Runtime:
         self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
         self.ledger = Ledger(self.backend.execution_log, self.events, self.faults, self.clock)
         # The service side of the AWS SDK: the executions of register_lambda's functions.
-        self.aws = AwsService(self.clock, self.faults, self.tasks, self._execution_stub)
+        self.aws = AwsService(self.clock, self.faults, self.tasks, self._execution_stub, aws)
         self._engine = ExecutionEngine(
             self.backend.execution_log, self.events, self.faults, self.clock, rng,
             start_execution=self._start_child, call_execution=self._call_execution,

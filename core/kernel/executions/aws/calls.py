@@ -145,8 +145,8 @@ class AwsCalls(ExecutionState):
         if applied.outcome is not None:
             aws.outcome = applied.outcome
         if withhold and applied.outcome is None:
-            aws.revoked = True
-            rec.invoke_requested = rec.invoke_requested or revoke
+            # The invocation ends PENDING; another carries on (once resumed, if paused).
+            aws.revoked, rec.invoke_requested = True, True
         answer = self._delta(st, aws)
         if not withhold:
             answer["CheckpointToken"] = current_token(rec.id, aws)

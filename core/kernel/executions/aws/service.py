@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 from alarmtop.core.kernel.executions.aws.functions import LambdaFunction, LambdaFunctions
@@ -33,11 +34,37 @@ from alarmtop.core.model.aws_arn import Place, child_execution_id, execution_id_
 from alarmtop.core.model.aws_checkpoint import Target
 from alarmtop.core.model.aws_errors import AwsServiceError, ServiceException, invalid
 from alarmtop.core.model.aws_limits import AwsLimits
-from alarmtop.core.model.execution_errors import error_object
+from alarmtop.core.model.execution_errors import ValidationError, error_object
 from alarmtop.core.ports import Clock
 
 log = logging.getLogger("alarmtop.aws")
 StubFor = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class AwsOptions:
+    """How a runtime serves the AWS SDK's handlers (`Runtime(aws=AwsOptions(...))`).
+
+    `limits`: AWS's limits, or your own (`AwsLimits`); `place`: the region and account
+    the ARNs name; `workers`: threads that run handlers at once (more wait their
+    turn); `invocation_timeout_s`: how long one invocation may run (Lambda's 15
+    minutes); `liveness_s`: how soon an invocation cut short (its process died) is
+    noticed and retried."""
+
+    limits: AwsLimits = field(default_factory=AwsLimits)
+    place: Place = field(default_factory=Place)
+    workers: int = 64
+    invocation_timeout_s: float = 900.0
+    liveness_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ValidationError(f"AwsOptions.workers is a whole number >= 1, not "
+                                  f"{self.workers!r}")
+        for name in ("invocation_timeout_s", "liveness_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValidationError(f"AwsOptions.{name} is seconds > 0, not {value!r}")
 
 
 class AwsService:
@@ -45,17 +72,18 @@ class AwsService:
     as `engine.aws`."""
 
     def __init__(self, clock: Clock, faults: FaultRegistry, tasks: Supervisor,
-                 stub_for: StubFor, *, limits: AwsLimits | None = None,
-                 place: Place | None = None, invoker: Invoker | None = None,
-                 invocation_timeout_s: float = 900.0, liveness_s: float = 30.0) -> None:
+                 stub_for: StubFor, options: AwsOptions | None = None, *,
+                 invoker: Invoker | None = None) -> None:
+        options = options or AwsOptions()
         self.clock = clock
         self.faults = faults
         self.tasks = tasks
         self.functions = LambdaFunctions()
-        self.limits = limits or AwsLimits()
-        self.place = place or Place()
-        self.invocation_timeout_s = invocation_timeout_s
-        self.liveness_s = liveness_s  # how soon an invocation cut short is noticed
+        self.limits = options.limits
+        self.place = options.place
+        self.invocation_timeout_s = options.invocation_timeout_s
+        self.liveness_s = options.liveness_s  # how soon an invocation cut short is noticed
+        self._workers = options.workers
         self._stub_for = stub_for
         self._invoker: Invoker | None = invoker
         self._live: dict[str, int] = {}  # execution id -> the invocation running here
@@ -188,7 +216,7 @@ class AwsService:
 
     def _invoker_of(self, fn: LambdaFunction) -> Invoker:
         if self._invoker is None:
-            self._invoker = ThreadInvoker()
+            self._invoker = ThreadInvoker(self._workers)
         return self._invoker
 
     def _blocking_call(self, loop: asyncio.AbstractEventLoop) -> Callable[..., dict[str, Any]]:
