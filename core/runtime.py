@@ -227,15 +227,16 @@ class Runtime:
     def register_lambda(self, function_name: str, handler: Any, *, isolation: str = "thread",
                         endpoint: str | None = None, durable: bool | None = None,
                         version: str | None = None, timeout: int | None = None,
-                        retries: RetryPolicy | None = None) -> Any:
+                        retries: RetryPolicy | None = None, paths: Iterable[str] = ()) -> Any:
         """Run a handler of the AWS SDK (`@durable_execution`, or "module:attr") as the
         Lambda-style function `function_name`, unchanged: `executions.start(function_name,
-        ...)` runs it, in worker threads; a chained invoke may name it. A handler that is
+        ...)` runs it, in worker threads, or worker processes (`isolation="process"`,
+        importing it from `paths` first); a chained invoke may name it. A handler that is
         not the SDK's is a plain function (`durable=False`), called once per invoke.
         `timeout`: the execution timeout (s); `retries`: failed invocations' retries."""
         fn = self.aws.functions.add(function_name, handler, isolation=isolation,
                                     endpoint=endpoint, durable=durable, version=version,
-                                    timeout_s=timeout, retries=retries)
+                                    timeout_s=timeout, retries=retries, paths=tuple(paths))
         self._execution_class()
         return fn
 

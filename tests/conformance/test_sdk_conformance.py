@@ -98,7 +98,13 @@ async def test_sdk_requirement(requirement_id: str, requirements: dict[str, Requ
     rt = await make_runtime()
     needed = {fn.resource} | sdk_handlers.targets(fn)
     for other in templates[fn.suite]:
-        if other.resource in needed:  # others may need AWS just to import (3-12)
+        if other.resource not in needed:  # others may need AWS just to import (3-12)
+            continue
+        if requirement_id in sdk_manifest.IN_A_PROCESS and other is fn:
+            module, _, attr = other.handler.rpartition(".")
+            rt.register_lambda(other.resource, f"{module}:{attr}", isolation="process",
+                               paths=[str(sdk_folder / "handlers")], timeout=other.timeout_s)
+        else:
             rt.register_lambda(other.resource,
                                sdk_handlers.load_handler(sdk_folder, other.handler),
                                durable=other.durable, timeout=other.timeout_s)

@@ -127,3 +127,19 @@ def echo_after_wait(event: Any, context: DurableContext) -> Any:
 
 def plain_double(event: Any, _context: Any) -> Any:
     return event * 2
+
+
+@durable_execution
+def exits_once(event: Any, context: DurableContext) -> Any:
+    """Ends its own process inside step `b` the first time (a Lambda crash)."""
+    import os
+    from pathlib import Path
+
+    def crash_once(_: StepContext) -> str:
+        marker = Path(event["marker"])
+        if not marker.exists():
+            marker.write_text("crashed")
+            os._exit(1)
+        return "b"
+    a = context.step(lambda _: "a", name="a")
+    return [a, context.step(crash_once, name="b")]

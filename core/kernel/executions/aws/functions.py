@@ -38,6 +38,7 @@ class LambdaFunction:
     version: str = LATEST
     timeout_s: int | None = None  # the execution timeout (None: the limit)
     retries: RetryPolicy = INVOCATION_RETRIES
+    paths: tuple[str, ...] = ()  # where a worker process imports `target` from
 
     def load(self) -> Callable[..., Any]:
         """The handler, importing a "module:attr" target on first use."""
@@ -62,6 +63,22 @@ def load_target(target: str) -> Callable[..., Any]:
     return value  # type: ignore[no-any-return]
 
 
+def target_of(handler: Any) -> str:
+    """The "module:attr" a worker process imports a handler from."""
+    if isinstance(handler, str):
+        name, sep, attr = handler.partition(":")
+        if not name or not sep or not attr:
+            raise ValidationError(f"a handler given as text is 'module:attr', not {handler!r}")
+        return handler
+    module: str | None = getattr(handler, "__module__", None)
+    qualname: str = getattr(handler, "__qualname__", "")
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        raise ValidationError("isolation='process' imports the handler in its worker "
+                              "processes: give it as 'module:attr', or register a handler "
+                              "defined at the top of an importable module")
+    return f"{module}:{qualname}"
+
+
 def is_sdk_handler(fn: Any) -> bool:
     """Whether `fn` is the AWS SDK's `@durable_execution` wrapper."""
     code = getattr(fn, "__code__", None)
@@ -83,24 +100,33 @@ class LambdaFunctions:
     def add(self, name: str, handler: Any, *, isolation: str = "thread",
             endpoint: str | None = None, durable: bool | None = None,
             version: str | None = None, timeout_s: int | None = None,
-            retries: RetryPolicy | None = None) -> LambdaFunction:
+            retries: RetryPolicy | None = None,
+            paths: tuple[str, ...] = ()) -> LambdaFunction:
         check_function_name(name)
         if isolation not in ISOLATIONS:
             raise ValidationError(f"isolation is 'thread' or 'process', not {isolation!r}")
-        if isolation == "process" or endpoint is not None:
+        if endpoint is not None:
             raise ValidationError(
-                "register_lambda: isolation='process' and endpoint= are not available yet "
-                "(they come with the Lambda API); run the handler with isolation='thread'")
-        target = handler if isinstance(handler, str) else None
-        fn = load_target(handler) if target is not None else handler
-        if not callable(fn):
-            raise ValidationError("register_lambda() takes the handler (a callable, or "
-                                  "'module:attr'), not " + repr(handler)[:80])
+                "register_lambda: endpoint= is not available yet (it comes with the Lambda "
+                "API); run the handler in this runtime's threads or processes")
         if timeout_s is not None and (not isinstance(timeout_s, int) or timeout_s < 1):
             raise ValidationError(f"timeout is whole seconds >= 1, not {timeout_s!r}")
-        entry = LambdaFunction(name, fn, target, isolation, endpoint,
-                               is_sdk_handler(fn) if durable is None else bool(durable),
-                               version or LATEST, timeout_s, retries or INVOCATION_RETRIES)
+        fn: Any
+        target: str | None
+        if isolation == "process":
+            # Imported by each worker process, never here: the handler may end its process.
+            target, fn = target_of(handler), None
+            is_durable = True if durable is None else bool(durable)
+        else:
+            target = handler if isinstance(handler, str) else None
+            fn = load_target(handler) if target is not None else handler
+            if not callable(fn):
+                raise ValidationError("register_lambda() takes the handler (a callable, or "
+                                      "'module:attr'), not " + repr(handler)[:80])
+            is_durable = is_sdk_handler(fn) if durable is None else bool(durable)
+        entry = LambdaFunction(name, fn, target, isolation, endpoint, is_durable,
+                               version or LATEST, timeout_s, retries or INVOCATION_RETRIES,
+                               tuple(str(p) for p in paths))
         self._by_name[name] = entry
         return entry
 

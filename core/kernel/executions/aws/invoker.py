@@ -28,6 +28,7 @@ class Request:
     payload: dict[str, Any]  # the Lambda envelope (durable) or the input (plain)
     context: sdk.LambdaContext
     call: sdk.Call  # the service, for the durable handler's two calls
+    deadline_s: float = 0.0  # when the invocation must end (wall clock, epoch seconds)
 
 
 class Invoker(Protocol):

@@ -21,12 +21,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from alarmtop.core.kernel.executions.aws.functions import LambdaFunction, LambdaFunctions
 from alarmtop.core.kernel.executions.aws.invoker import Invoker, Request, ThreadInvoker
+from alarmtop.core.kernel.executions.aws.processes import (
+    InvocationDied,
+    InvocationRaised,
+    ProcessInvoker,
+)
 from alarmtop.core.kernel.executions.aws.sdk import LambdaContext
 from alarmtop.core.kernel.faults import FaultRegistry
 from alarmtop.core.kernel.supervisor import Supervisor, tracker_of
@@ -46,10 +52,10 @@ class AwsOptions:
     """How a runtime serves the AWS SDK's handlers (`Runtime(aws=AwsOptions(...))`).
 
     `limits`: AWS's limits, or your own (`AwsLimits`); `place`: the region and account
-    the ARNs name; `workers`: threads that run handlers at once (more wait their
-    turn); `invocation_timeout_s`: how long one invocation may run (Lambda's 15
-    minutes); `liveness_s`: how soon an invocation cut short (its process died) is
-    noticed and retried."""
+    the ARNs name; `workers`: threads (and, for `isolation="process"`, processes)
+    that run handlers at once (more wait their turn); `invocation_timeout_s`: how
+    long one invocation may run (Lambda's 15 minutes); `liveness_s`: how soon an
+    invocation cut short (its process died) is noticed and retried."""
 
     limits: AwsLimits = field(default_factory=AwsLimits)
     place: Place = field(default_factory=Place)
@@ -85,7 +91,8 @@ class AwsService:
         self.liveness_s = options.liveness_s  # how soon an invocation cut short is noticed
         self._workers = options.workers
         self._stub_for = stub_for
-        self._invoker: Invoker | None = invoker
+        # By isolation ("thread", "process"): made on first use.
+        self._invokers: dict[str, Invoker] = {} if invoker is None else {"thread": invoker}
         self._live: dict[str, int] = {}  # execution id -> the invocation running here
         self._waiting: set[concurrent.futures.Future[Any]] = set()
         self._stopped = False
@@ -194,12 +201,15 @@ class AwsService:
         context = LambdaContext(fn.name, fn.version, self.place.function_arn(fn.name),
                                 f"{execution_id}/{invocation}",
                                 lambda: max(0, deadline - self.clock.now_ms()))
-        request = Request(fn, payload, context, self._blocking_call(loop))
+        request = Request(fn, payload, context, self._blocking_call(loop),
+                          time.time() + self.invocation_timeout_s)
         output: dict[str, Any] | None = None
         error: dict[str, Any] | None = None
         try:
             try:
                 output = await self._invoker_of(fn).invoke(request)
+            except (InvocationDied, InvocationRaised) as exc:  # in a worker process
+                error = exc.error
             except Exception as exc:  # the function raised: the invocation failed
                 error = error_object(exc)
             if not self._stopped:
@@ -215,9 +225,12 @@ class AwsService:
                 del self._live[execution_id]
 
     def _invoker_of(self, fn: LambdaFunction) -> Invoker:
-        if self._invoker is None:
-            self._invoker = ThreadInvoker(self._workers)
-        return self._invoker
+        invoker = self._invokers.get(fn.isolation)
+        if invoker is None:
+            invoker = self._invokers[fn.isolation] = (
+                ProcessInvoker(self._workers) if fn.isolation == "process"
+                else ThreadInvoker(self._workers))
+        return invoker
 
     def _blocking_call(self, loop: asyncio.AbstractEventLoop) -> Callable[..., dict[str, Any]]:
         """The SDK threads' way into the service: blocks its thread, never the loop."""
@@ -242,9 +255,9 @@ class AwsService:
         self._stopped = True
         for fut in list(self._waiting):
             fut.cancel()
-        if self._invoker is not None:
-            await self._invoker.close()
-            self._invoker = None
+        invokers, self._invokers = self._invokers, {}
+        for invoker in invokers.values():
+            await invoker.close()
 
     def reopen(self) -> None:
         self._stopped = False
