@@ -44,6 +44,7 @@ from alarmtop.core.ops.bulk import BulkParts, BulkService
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess
 from alarmtop.core.ops.execution_tools import ExecutionTools
 from alarmtop.core.ops.executions import Executions
+from alarmtop.core.ops.lambda_api import LambdaApi
 from alarmtop.core.ops.queries import Queries
 from alarmtop.core.ops.timers_board import TimersBoard
 from alarmtop.core.ops.tools import OperatorTools
@@ -161,6 +162,7 @@ class Runtime:
             max(0.05, fleet.lease_s / 3) if fleet else None, self._state))
         self.ops = OperatorTools(alarms, queries, self.executions, self.bulk, board,
                                  self.audit, self.faults)
+        self.lambda_api = LambdaApi(self.aws, self.executions, self.events)  # AWS's shapes
 
         # -- a fleet's node ---------------------------------------------------------------
         self.node: FleetNode | None = None  # on a shared backend: this runtime's node
