@@ -143,3 +143,7 @@ def exits_once(event: Any, context: DurableContext) -> Any:
         return "b"
     a = context.step(lambda _: "a", name="a")
     return [a, context.step(crash_once, name="b")]
+
+
+def plain_fails(event: Any, _context: Any) -> Any:
+    raise ValueError(f"cannot take {event!r}")

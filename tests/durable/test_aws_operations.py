@@ -177,3 +177,20 @@ async def test_an_execution_survives_a_restart(make_runtime: Any, clock: Any) ->
     await clock.advance(3)
     d = await again.executions.describe("e1")
     assert (d["status"], d["result"]) == ("succeeded", "b:a:x")
+
+
+async def test_a_plain_function_that_raises_fails_its_invoke(make_runtime: Any,
+                                                             clock: Any) -> None:
+    """A function error, as Lambda reports it to its caller: not a failed invocation
+    retried, not a dead letter."""
+    rt = await make_runtime()
+    rt.register_lambda("caller", h.invokes)
+    rt.register_lambda("bad", h.plain_fails)
+    await rt.executions.start("caller", {"target": "bad", "payload": 1}, execution_id="c1")
+    await clock.advance(5)
+    d = await rt.executions.describe("c1")
+    assert d["status"] == "failed" and "cannot take 1" in d["error"]["ErrorMessage"]
+    failed = next(ev for ev in d["history"] if ev["EventType"] == "ChainedInvokeFailed")
+    assert failed["ChainedInvokeFailedDetails"]["Error"]["Payload"]["ErrorType"] == \
+        "ValueError"
+    assert await rt.dead_letters() == []

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from alarmtop.core.kernel.executions.aws import sdk
 from alarmtop.core.kernel.executions.aws.functions import LambdaFunction
+from alarmtop.core.model.execution_errors import error_object
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,22 @@ class Invoker(Protocol):
     async def close(self) -> None: ...
 
 
+def call_plain(handler: Any, payload: dict[str, Any], context: Any) -> dict[str, Any]:
+    """A plain function, called once: its value, or its error (a function error, as
+    Lambda reports it to the chained invoke that called it, not a failed invocation)."""
+    try:
+        value = handler(payload.get("Input"), context)
+    except Exception as exc:
+        return {"Status": "FAILED", "Error": error_object(exc)}
+    return {"Status": "SUCCEEDED", "Result": json.dumps(value)}
+
+
 def run_in_thread(request: Request) -> dict[str, Any]:
     """The invocation itself, on a worker thread."""
     fn = request.function
     handler = fn.load()
     if not fn.durable:
-        value = handler(request.payload.get("Input"), request.context)
-        return {"Status": "SUCCEEDED", "Result": json.dumps(value)}
+        return call_plain(handler, request.payload, request.context)
     event = sdk.invocation_event(request.payload, sdk.InProcessClient(request.call))
     out = handler(event, request.context)
     if not isinstance(out, dict):

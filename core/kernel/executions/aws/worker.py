@@ -27,6 +27,7 @@ from typing import Any
 
 from alarmtop.core.kernel.executions.aws import sdk
 from alarmtop.core.kernel.executions.aws.functions import load_target
+from alarmtop.core.kernel.executions.aws.invoker import call_plain
 from alarmtop.core.model.aws_errors import AwsServiceError
 from alarmtop.core.model.execution_errors import error_object
 
@@ -94,8 +95,7 @@ def _invoke(request: dict[str, Any], channel: _Channel) -> dict[str, Any]:
                                 lambda: max(0, round((deadline - time.time()) * 1000)))
     payload = request["payload"]
     if not request["durable"]:
-        return {"Status": "SUCCEEDED",
-                "Result": json.dumps(handler(payload.get("Input"), context))}
+        return call_plain(handler, payload, context)
     out = handler(sdk.invocation_event(payload, sdk.InProcessClient(channel.call)), context)
     return dict(out)
 
