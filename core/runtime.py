@@ -22,6 +22,7 @@ from alarmtop.core.kernel.clock import SystemClock
 from alarmtop.core.kernel.cron import CronFn, CronJob, CronRunner
 from alarmtop.core.kernel.descriptors import Reservations
 from alarmtop.core.kernel.events import EventBus
+from alarmtop.core.kernel.executions.aws.service import AwsOptions, AwsService
 from alarmtop.core.kernel.executions.engine import ExecutionEngine
 from alarmtop.core.kernel.executions.execution_object import make_execution_class
 from alarmtop.core.kernel.executions.functions import DurableFunction
@@ -43,6 +44,7 @@ from alarmtop.core.ops.bulk import BulkParts, BulkService
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess
 from alarmtop.core.ops.execution_tools import ExecutionTools
 from alarmtop.core.ops.executions import Executions
+from alarmtop.core.ops.lambda_api import LambdaApi
 from alarmtop.core.ops.queries import Queries
 from alarmtop.core.ops.timers_board import TimersBoard
 from alarmtop.core.ops.tools import OperatorTools
@@ -78,6 +80,7 @@ class Runtime:
         plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
             event, alarm attempt, execution invocation, operation and step attempt, and
             operator command; `add_plugin()` adds more.
+        aws: how the AWS SDK's handlers are served (`AwsOptions`: limits, ARNs, workers).
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -92,7 +95,7 @@ class Runtime:
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
                  keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
-                 plugins: Iterable[Any] = ()) -> None:
+                 plugins: Iterable[Any] = (), aws: AwsOptions | None = None) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -135,10 +138,12 @@ class Runtime:
         # -- durable executions: execution objects share one engine ----------------------
         self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
         self.ledger = Ledger(self.backend.execution_log, self.events, self.faults, self.clock)
+        # The service side of the AWS SDK: the executions of register_lambda's functions.
+        self.aws = AwsService(self.clock, self.faults, self.tasks, self._execution_stub, aws)
         self._engine = ExecutionEngine(
             self.backend.execution_log, self.events, self.faults, self.clock, rng,
             start_execution=self._start_child, call_execution=self._call_execution,
-            hooks=self.hooks)
+            aws=self.aws, hooks=self.hooks)
         access = ExecutionAccess(self._engine, self._execution_stub)
         callbacks = Callbacks(access)
         self.executions = Executions(access, self.audit, callbacks,
@@ -157,6 +162,7 @@ class Runtime:
             max(0.05, fleet.lease_s / 3) if fleet else None, self._state))
         self.ops = OperatorTools(alarms, queries, self.executions, self.bulk, board,
                                  self.audit, self.faults)
+        self.lambda_api = LambdaApi(self.aws, self.executions, self.events)  # AWS's shapes
 
         # -- a fleet's node ---------------------------------------------------------------
         self.node: FleetNode | None = None  # on a shared backend: this runtime's node
@@ -217,10 +223,29 @@ class Runtime:
             raise InvalidArgument("register_execution() takes a function decorated with "
                                   "@durable_execution")
         self._engine.register(fn)
+        self._execution_class()
+        return fn
+
+    def register_lambda(self, function_name: str, handler: Any, *, isolation: str = "thread",
+                        endpoint: str | None = None, durable: bool | None = None,
+                        version: str | None = None, timeout: int | None = None,
+                        retries: RetryPolicy | None = None, paths: Iterable[str] = ()) -> Any:
+        """Run a handler of the AWS SDK (`@durable_execution`, or "module:attr") as the
+        Lambda-style function `function_name`, unchanged: `executions.start(function_name,
+        ...)` runs it, in worker threads, or worker processes (`isolation="process"`,
+        importing it from `paths` first); a chained invoke may name it. A handler that is
+        not the SDK's is a plain function (`durable=False`), called once per invoke.
+        `timeout`: the execution timeout (s); `retries`: failed invocations' retries."""
+        fn = self.aws.functions.add(function_name, handler, isolation=isolation,
+                                    endpoint=endpoint, durable=durable, version=version,
+                                    timeout_s=timeout, retries=retries, paths=tuple(paths))
+        self._execution_class()
+        return fn
+
+    def _execution_class(self) -> None:
         if EXECUTION_CLASS not in self._classes:
             self._classes.register(make_execution_class(self._engine),
                                    retry_policy=EXECUTION_RETRIES)
-        return fn
 
     def add_plugin(self, plugin: Any) -> Any:
         """Add a lifecycle hook plugin (see `alarmtop.core.hooks`), after those there are;
@@ -292,6 +317,7 @@ class Runtime:
         if node is not None:
             await node.join()
         self.tasks.reopen()
+        self.aws.reopen()
         self._state.running = True
         await self.scheduler.start(self._dispatcher)
         self.host.start()
@@ -335,6 +361,7 @@ class Runtime:
                 _log_left_behind(what)
 
         await step("cron jobs", self._cron.stop())
+        await step("lambda invocations", self.aws.stop())
         if self.node is not None:
             # At most half of what is left of the grace: the hand-over of the shards,
             # at the end of the stop, must still fit in it.

@@ -285,12 +285,14 @@ def fail(
     gen: int | None = None,
     keep: int = DEFAULT_KEEP,
     in_file: bool = False,
+    final: bool = False,
 ) -> Transition:
     """The handler raised, timed out, or the process died during it.
 
     A new alarm set before the raise (the object's intent `gen`) does not hide the
     failure: the retry runs at the earlier of the retry time and the new alarm, and
-    the retry count goes on.
+    the retry count goes on. A `final` failure (the handler gave up) is a dead letter
+    at once, whatever retries are left.
     """
     attempt = Attempt(rec.started_ms if rec.started_ms is not None else now_ms,
                       None if crashed else now_ms, error)
@@ -301,9 +303,10 @@ def fail(
     base = rec._replace(attempts=attempts, last_error=error, started_ms=None,
                    scheduled_ms=scheduled, attempt_count=count,
                    gen=rec.gen if gen is None else gen, in_file=rec.in_file or in_file)
+    last = final or retry > policy.max_retries
     failed = ann("alarm.failed", rec, retry_count=rec.retry_count, error=error,
-                  last_attempt=retry > policy.max_retries, crashed=crashed)
-    if retry > policy.max_retries:
+                  last_attempt=last, crashed=crashed)
+    if last:
         dead = base._replace(state=AlarmState.DEAD, next_attempt_ms=None)
         return Transition(dead, (failed, ann("alarm.dead", dead, attempts=count,
                                               error=error)))

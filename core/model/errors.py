@@ -35,7 +35,9 @@
      │    ├── OutOfDescriptors                   no file descriptor left to open a database
      │    ├── ChainBroken                        an earlier checkpoint of the invocation failed
      │    └── LeaseLost                          this node lost the shard it was writing
-     └── AlarmHandlerTimeout (raised into the attempt record, never to callers)
+     ├── AlarmHandlerTimeout (raised into the attempt record, never to callers)
+     └── GiveUp                                  an alarm handler's failure that must not
+                                                 be retried: a dead letter at once
 
 Every error carries the fields it is about (object class and name, alarm, step)
 and a message that says how to fix the problem.
@@ -202,6 +204,12 @@ class AlarmHandlerTimeout(AlarmtopError):
         )
         self.class_name = class_name
         self.object_name = object_name
+
+
+class GiveUp(AlarmtopError):
+    """Raised by an alarm handler whose failure no retry can mend: the attempt fails and
+    the alarm is a dead letter at once (with this message), for an operator to re-arm.
+    The runtime's own objects use it (an execution whose invocations keep failing)."""
 
 
 class ObjectBusy(AlarmtopError):

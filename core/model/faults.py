@@ -18,6 +18,12 @@ FAULT_KINDS: dict[str, str] = {
     "step_crash": "the invocation dies at point A, B or C of a step (step, point, times)",
     "compensation_fail": "a compensation step raises instead of running (step, times)",
     "idempotency_off": "a step's idempotency key is not honoured (step)",
+    # At the checkpoint boundary of an execution of the AWS SDK's handlers:
+    "checkpoint_fail": "the service refuses the execution's next checkpoints as failing "
+                       "(times): the invocation fails and runs again",
+    "checkpoint_delay": "the execution's next checkpoints are answered `seconds` late (times)",
+    "checkpoint_revoke": "the execution's next checkpoint is answered without its next token "
+                         "(times): the invocation ends PENDING and another carries on",
 }
 _STEP_KINDS = {"step_raise", "step_crash", "compensation_fail", "idempotency_off"}
 
@@ -65,9 +71,12 @@ def validate_fault(target: str, kind: str, times: int | None, seconds: float | N
         raise InvalidFault(f"{kind} targets an object: write it as 'Class/name', not {target!r}")
     if times is not None and (not isinstance(times, int) or isinstance(times, bool) or times < 1):
         raise InvalidFault(f"times must be a whole number >= 1 or None (always), not {times!r}")
-    if kind == "alarm_delay" and (not isinstance(seconds, (int, float)) or isinstance(
-            seconds, bool) or not math.isfinite(seconds) or seconds <= 0):
-        raise InvalidFault("alarm_delay needs seconds > 0, e.g. seconds=5")
+    if kind in ("alarm_delay", "checkpoint_delay") and (
+            not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+            or not math.isfinite(seconds) or seconds <= 0):
+        raise InvalidFault(f"{kind} needs seconds > 0, e.g. seconds=5")
+    if kind.startswith("checkpoint_") and "/" in target:
+        raise InvalidFault(f"{kind} targets an execution: give its id, not {target!r}")
     if kind in _STEP_KINDS and not step:
         raise InvalidFault(f"{kind} needs the name of the step it applies to (step=...)")
     if kind == "step_crash" and (point or "").upper() not in ("A", "B", "C"):

@@ -35,10 +35,11 @@ class OpStatus(enum.StrEnum):
     FAILED = "FAILED"
     TIMED_OUT = "TIMED_OUT"
     CANCELLED = "CANCELLED"
+    STOPPED = "STOPPED"  # an invoke whose child execution was stopped
 
 
 TERMINAL = frozenset({OpStatus.SUCCEEDED, OpStatus.FAILED, OpStatus.TIMED_OUT,
-                      OpStatus.CANCELLED})
+                      OpStatus.CANCELLED, OpStatus.STOPPED})
 
 
 @dataclass
@@ -177,6 +178,9 @@ class ExecutionRecord:
     # What the lifecycle plugins asked to carry from the task that started it (say, the
     # caller's trace context): its invocations are told it. None: nothing asked.
     trace: dict[str, str] | None = None
+    # An execution of a Lambda-style function (the AWS SDK's handlers): the service
+    # side's bookkeeping, `model.aws_state.AwsState` as a dict. None: a native one.
+    aws: dict[str, Any] | None = None
 
     @property
     def finished(self) -> bool:

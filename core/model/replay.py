@@ -37,13 +37,14 @@ S = OpStatus
 OP_TRANSITIONS: Mapping[OpStatus, frozenset[OpStatus]] = {
     # STARTED -> STARTED: an attempt cut short (a crash) begins again.
     S.STARTED: frozenset({S.STARTED, S.PENDING, S.SUCCEEDED, S.FAILED, S.TIMED_OUT,
-                          S.CANCELLED}),
+                          S.CANCELLED, S.STOPPED}),
     S.READY: frozenset({S.STARTED, S.CANCELLED}),
     S.PENDING: frozenset({S.READY, S.STARTED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.TIMED_OUT: frozenset(),
     S.CANCELLED: frozenset(),
+    S.STOPPED: frozenset(),
 }
 
 E = ExecutionStatus

@@ -24,6 +24,7 @@ from alarmtop.core.model.operations import ExecutionRecord, OperationRecord, OpT
 from alarmtop.core.model.replay import fork_point, plan_from
 from alarmtop.core.model.serialization import to_json
 from alarmtop.core.ops.audit import AuditLog
+from alarmtop.core.ops.aws_executions import fork_lambda
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess, check_execution_id
 
 # History events a fork does not copy: the source's own life, not its operations'.
@@ -146,6 +147,11 @@ class ExecutionTools:
                                       "another execution_id for the fork")
         snap = await self._stub(source_id).snapshot()
         rec = ExecutionRecord.from_dict(snap["record"])
+        if rec.aws is not None:
+            new_id = new_id or (f"{source_id[:30]}-fork-{self.engine.clock.now_ms():x}-"
+                                f"{next(self._fork_ids)}")
+            return await fork_lambda(self.engine.aws, self._stub, snap, source_id, from_step,
+                                     input, new_id, actor)
         ops = {d["id"]: OperationRecord.from_dict(d) for d in snap["ops"]}
         from_id = fork_point(ops.values(), from_step)
         plan = plan_from(ops.values(), snap["marks"], from_id)
@@ -184,6 +190,9 @@ class ExecutionTools:
         without running or writing anything; the first divergence, or "replays
         cleanly". Read-only: not audited."""
         rec = await self._record(execution_id)
+        if rec.aws is not None:  # the SDK replays client-side: its re-run was compared
+            out: dict[str, Any] = await self._stub(execution_id).aws_replay_report()
+            return out
         store = self.engine.store
         fn = self.engine.pick_version(rec.name, rec.version, version)
         ops = {op.id: op for op in await store.operations(rec.id)}

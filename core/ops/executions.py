@@ -11,6 +11,7 @@ from alarmtop.core.model.execution_errors import UnknownExecution, ValidationErr
 from alarmtop.core.model.operations import ExecutionRecord, OpType
 from alarmtop.core.model.serialization import to_json
 from alarmtop.core.ops.audit import AuditLog
+from alarmtop.core.ops.aws_executions import lambda_view, start_lambda
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess
 from alarmtop.core.ops.execution_tools import ExecutionTools
 
@@ -49,13 +50,21 @@ class Executions:
                     parent: str | None = None, input_text: str | None = None) -> str:
         """Start an execution of handler `name` with input `event`; returns its id.
 
+        `name` is a `@durable_execution` handler registered with `register_execution`,
+        or a function of the AWS SDK registered with `register_lambda` (its id is then
+        also its DurableExecutionName: 1-64 letters, digits, '-' or '_').
         Starting again with the same id and name returns the existing execution.
         """
+        if name in self.engine.aws.functions and name not in self.engine.handlers:
+            return await start_lambda(self.engine.aws, self._stub, name, event, execution_id,
+                                      timeout_s=timeout_s, parent=parent,
+                                      input_text=input_text, n=next(self._ids))
         versions = self.engine.handlers.get(name)
         if not versions:
             raise UnknownExecution(f"handler {name!r}", "register it with "
-                                   f"runtime.register_execution() (registered: "
-                                   f"{sorted(self.engine.handlers) or 'none'})")
+                                   f"runtime.register_execution() or register_lambda() "
+                                   f"(registered: {sorted(self.engine.handlers) or 'none'}; "
+                                   f"Lambda-style: {list(self.engine.aws.functions) or 'none'})")
         version = version or max(versions, key=version_key)
         fn = self.engine.handler(name, version)
         if input_text is None:  # an invoke passes its own serialized payload
@@ -90,7 +99,7 @@ class Executions:
             "saga": rec.saga, "callbacks": callbacks,
             "paused": rec.paused is not None, "paused_reason": rec.paused,
             "paused_ms": rec.paused_ms, "redrives": rec.redrives,
-            "forked_from": rec.forked_from,
+            "forked_from": rec.forked_from, **lambda_view(rec),
         }
 
     async def history(self, execution_id: str) -> list[dict[str, Any]]:
@@ -103,7 +112,7 @@ class Executions:
         recs = await self.engine.store.list(status, limit, offset)
         return [{"execution_id": r.id, "name": r.name, "status": r.status.value,
                  "blocked_on": r.blocked_on, "updated_ms": r.updated_ms, "saga": r.saga,
-                 "paused": r.paused is not None}
+                 "paused": r.paused is not None, "kind": "aws" if r.aws else "native"}
                 for r in recs]
 
     async def counts(self) -> dict[str, int]:

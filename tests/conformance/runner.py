@@ -261,6 +261,14 @@ async def run_requirement(req: Requirement, rt: Any, clock: Any) -> Outcome:
         handlers.forget(execution_id)
 
 
+async def validate(req: Requirement, ctx: PlaceholderContext, client: EngineClient,
+                   clock: Any) -> Outcome:
+    """Validate a started execution against `req` (sync or async, as it says)."""
+    if req.is_async:
+        return await _validate_async(req, ctx, client, clock)
+    return await _validate_sync(req, ctx, client, clock)
+
+
 async def _run_until_finished(client: EngineClient, clock: Any) -> None:
     """What a synchronous Invoke waits for: the execution's end (timers on the clock)."""
     deadline = clock.now_ms() + SYNC_RUN_LIMIT_SECONDS * 1000

@@ -106,6 +106,7 @@ def test_invalid_faults_are_refused_with_a_hint(faults: FaultRegistry, events: S
 def test_every_kind_is_injectable_with_its_parameters(faults: FaultRegistry) -> None:
     params: dict[str, dict[str, object]] = {
         "alarm_delay": {"seconds": 1.5}, "step_crash": {"step": "s", "point": "A"},
+        "checkpoint_delay": {"seconds": 2}, "checkpoint_fail": {}, "checkpoint_revoke": {},
     }
     for kind in FAULT_KINDS:
         target = TARGET if kind.startswith("alarm_") else "exec-1"

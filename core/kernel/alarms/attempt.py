@@ -25,7 +25,7 @@ from alarmtop.core.kernel.objects.host import EventKind, ObjectHost
 from alarmtop.core.kernel.objects.storage import EventEnd, Plan, Storage
 from alarmtop.core.model import alarm_intent, alarm_policy, hook_info
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
-from alarmtop.core.model.errors import AlarmHandlerTimeout, ShardMoved, StorageError
+from alarmtop.core.model.errors import AlarmHandlerTimeout, GiveUp, ShardMoved, StorageError
 from alarmtop.core.ports import Clock
 
 
@@ -171,8 +171,8 @@ class AlarmAttempt(EventKind):
     alarm = True
     event = "alarm"
     method = "alarm"
-    __slots__ = ("_d", "_error", "_limit", "_task", "ended", "hooked", "rec", "registered",
-                 "row", "started")
+    __slots__ = ("_d", "_error", "_final", "_limit", "_task", "ended", "hooked", "rec",
+                 "registered", "row", "started")
 
     def __init__(self, dispatcher: AlarmDispatcher, rec: AlarmRecord,
                  task: asyncio.Task[Any]) -> None:
@@ -184,6 +184,7 @@ class AlarmAttempt(EventKind):
         self.registered = False
         self._limit: Limit | None = None
         self._error: str | None = None
+        self._final = False  # the handler gave up (GiveUp): no retry
         self.hooked: hook_info.AlarmAttemptInfo | None = None  # told to the start hook
         self.ended: alarm_policy.Transition | None = None  # the end the commit recorded
 
@@ -236,6 +237,7 @@ class AlarmAttempt(EventKind):
                     and self._limit.expired:
                 error = AlarmHandlerTimeout(*self.started.key, self._d._timeout_s)
             self._error = describe_error(error)
+            self._final = isinstance(error, GiveUp)
         return self
 
     def plan(self, key: AlarmKey, current: AlarmRecord | None, change: alarm_intent.Intent | None,
@@ -259,7 +261,7 @@ class AlarmAttempt(EventKind):
         self.ended = alarm_policy.fail(started, now, self._error,
                                        sched.policy_for(started.object_class),
                             new_at, sched.rng, gen=gen, keep=sched.keep_attempts,
-                            in_file=in_file)
+                            in_file=in_file, final=self._final)
         return self.ended
 
     def report(self, abandoned: str | None) -> None:

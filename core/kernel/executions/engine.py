@@ -16,6 +16,7 @@ from alarmtop.core.model.operations import ExecutionRecord
 
 if TYPE_CHECKING:
     from alarmtop.core.kernel.events import EventBus
+    from alarmtop.core.kernel.executions.aws.service import AwsService
     from alarmtop.core.kernel.faults import FaultRegistry
     from alarmtop.core.ports import Clock, ExecutionLog
 
@@ -30,13 +31,15 @@ class ExecutionEngine:
 
     Built by the runtime and handed what it needs (no component reaches into the
     runtime): `store` is the backend's `ExecutionLog`; `start_execution` and
-    `call_execution` reach other executions (an invoke's child, its parent)."""
+    `call_execution` reach other executions (an invoke's child, its parent); `aws` is
+    the service side of the AWS SDK, for the executions of Lambda-style functions."""
 
     def __init__(self, store: ExecutionLog, events: EventBus, faults: FaultRegistry,
                  clock: Clock, rng: random.Random | None = None, *,
                  start_execution: StartExecution, call_execution: CallExecution,
-                 hooks: Hooks = NO_HOOKS) -> None:
+                 aws: AwsService, hooks: Hooks = NO_HOOKS) -> None:
         self.store = store
+        self.aws = aws
         self.hooks = hooks
         # A handler's hooks: the runtime's plugins and its own, as of the runtime's
         # hooks version and that registration of the handler.

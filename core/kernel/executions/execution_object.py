@@ -11,7 +11,7 @@ interleave because they are events of one object.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from alarmtop.core.kernel.executions import execution_hooks
 from alarmtop.core.kernel.executions.context import DurableContext
@@ -294,6 +294,9 @@ class ExecutionObject(OperatorCalls):
         self._ended(st, [op])
 
 def make_execution_class(engine: ExecutionEngine) -> type[ExecutionObject]:
-    """The per-runtime class named `Execution` whose instances host executions."""
-    return type("Execution", (ExecutionObject,), {"engine": engine})
+    """The per-runtime class named `Execution` whose instances host executions: native
+    ones, and those of the AWS SDK's handlers (`aws.outside`), each its own way."""
+    from alarmtop.core.kernel.executions.aws.outside import AwsOutside
+    return cast(type[ExecutionObject],
+                type("Execution", (AwsOutside, ExecutionObject), {"engine": engine}))
 
