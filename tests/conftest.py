@@ -8,7 +8,7 @@ import pytest
 
 from alarmtop.core import PostgresBackend, Runtime, VirtualClock
 from alarmtop.testing import START_MS
-from tests import pg
+from tests import pg, watchdog
 
 __all__ = ["START_MS", "RuntimeFactory"]  # the tests import both from here
 # The behaviour suites that run on both backends (a test marked `sqlite_only` reaches
@@ -19,6 +19,11 @@ BOTH_BACKENDS = ("tests/core/", "tests/durable/", "tests/conformance/", "tests/t
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: the test reads or damages SQLite files "
                             "itself: it runs on the SQLite backend only")
+    config.addinivalue_line("markers", "slow: an end-to-end test of real processes (a terminal, "
+                            "a browser, a fleet, a fresh install) that takes seconds to a "
+                            "minute: CI runs them, `pytest -m 'not slow'` leaves them out")
+    # Before any test starts a daemon: what the run starts dies with it (tests/watchdog.py).
+    watchdog.install()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
