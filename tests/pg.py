@@ -5,8 +5,8 @@
 pytest's own `tmp_path` is root-only), a unix socket in that folder and a free port
 on 127.0.0.1; stopped and removed at the end of the session (each xdist worker has
 a cluster of its own), and by the run's watchdog when the run is killed
-(tests/watchdog.py). No mock of PostgreSQL anywhere: where the
-binaries are missing the tests skip saying so, and fail under ALARMTOP_REQUIRE_ALL.
+(tests/watchdog.py). No mock of PostgreSQL anywhere: where the binaries are
+missing the tests skip saying so, and fail under ALARMTOP_REQUIRE_ALL.
 """
 
 from __future__ import annotations
