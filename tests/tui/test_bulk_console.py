@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from tests.tui.conftest import (
     table_keys,
     until,
 )
+from tests.tui.fake import frozen_console_clock
 from tests.tui.test_console import (
     audit_actions,
     connected,
@@ -56,6 +58,15 @@ from tests.tui.test_console import (
 )
 
 Pilot = Any
+
+
+@pytest.fixture
+def still_console_clock() -> Iterator[None]:
+    """The console's countdowns move on its own wall clock between frames: on a loaded
+    machine seconds pass between a frame and the check. Stopped, a countdown is what the
+    runtime's (virtual) clock says."""
+    with frozen_console_clock():
+        yield
 
 
 def needs(*ops: str) -> pytest.MarkDecorator:
@@ -483,7 +494,8 @@ async def nap(event: Any, ctx: DurableContext) -> str:
     return "rested"
 
 
-async def test_the_board_lists_timers_soonest_first_with_countdowns(harness: Harness) -> None:
+async def test_the_board_lists_timers_soonest_first_with_countdowns(
+        harness: Harness, still_console_clock: None) -> None:
     """Two executions waiting 60 s and 10 s: the board lists the 10 s wait first, with a
     countdown that moves with the runtime's clock; paused and past due, a wait says
     "paused" (it does not fire). Enter opens its execution."""
@@ -523,7 +535,7 @@ async def test_the_board_lists_timers_soonest_first_with_countdowns(harness: Har
 
 
 async def test_on_an_80_column_terminal_the_board_keeps_every_column_whole(
-        harness: Harness) -> None:
+        harness: Harness, still_console_clock: None) -> None:
     """At 80x24 the board's columns and their padding fit the table: the state is not
     cut off, and a paused timer past due says "paused" in its countdown (the narrow
     board has no column of its own for it)."""
