@@ -26,6 +26,41 @@ def pytest_configure(config: pytest.Config) -> None:
     watchdog.install()
 
 
+# The end-to-end tests of real processes (a terminal, a browser, fleets of processes, a
+# fresh install, kills and chaos runs): seconds to a minute each. `make test` (what CI
+# runs) runs them; `make quick` (`pytest -m "not slow"`) leaves them out.
+SLOW = (
+    "tests/test_install.py", "tests/test_killed_run.py", "tests/tui/test_tmux.py",
+    "tests/tui/test_web.py", "tests/testing/test_user_project.py",
+    "tests/chaos/test_chaos.py", "tests/chaos/test_chaos_fleet.py",
+    "tests/chaos/test_crash_windows.py", "tests/chaos/test_corruption.py",
+    "tests/chaos/test_fuzz_ops.py", "tests/chaos/test_properties.py",
+    "tests/core/test_commit_kills.py", "tests/core/test_counters.py",
+    "tests/fleet/test_nodes_processes.py", "tests/fleet/test_fleet_sockets_processes.py",
+    "tests/fleet/test_postgres_outage.py", "tests/fleet/test_serve_postgres.py",
+)
+
+
+# Modules whose fixtures outlive a test (a wheel built and installed, a chaos run, a
+# fuzz server): in a parallel run each goes to one worker, which sets them up once.
+WHOLE = ("tests/test_install.py", "tests/chaos/test_chaos.py",
+         "tests/chaos/test_chaos_fleet.py", "tests/chaos/test_fuzz_ops.py",
+         "tests/tui/test_cli_mistakes.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow modules, and run them first: in parallel runs a long test left for
+    the end keeps one worker busy while the others are done."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module in SLOW:
+            item.add_marker(pytest.mark.slow)
+        if module in WHOLE:
+            item.add_marker(pytest.mark.xdist_group(module))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests of the behaviour suites that start runtimes run once per backend."""
     if "backend_kind" not in metafunc.fixturenames:
