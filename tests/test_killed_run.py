@@ -75,7 +75,7 @@ def test_a_killed_run_leaves_no_daemon_running(how: str, tmp_path: Path) -> None
     with log.open("w") as out:
         # A session of its own: Ctrl-C goes to the inner run's process group, not to ours.
         inner = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  "-p", "no:xdist", str(INNER)], cwd=ROOT, env=env, stdout=out,
+                                  str(INNER)], cwd=ROOT, env=env, stdout=out,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + START_S
