@@ -42,7 +42,7 @@ VIEWER = "viewer-token-for-console-tests"
 SIZE = (160, 48)
 TICK_S = 0.02
 POLL_S = 0.05
-WAIT_S = 8.0
+WAIT_S = 20.0  # a bound, not a pace: a check ends as soon as it holds (2 cores, shared)
 # Three attempts 0.5 s and 1 s apart: a dead letter after 1.5 virtual seconds.
 FAST_RETRY = RetryPolicy(max_retries=2, initial_delay_s=0.5, backoff_rate=2.0)
 FESTIVAL = "festival-stream"

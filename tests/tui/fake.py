@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
+from textual.css.query import NoMatches
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, RichLog, Static
 
@@ -421,9 +422,12 @@ def fake_console(role: str = "operator", read_only: bool = False,
 
 
 async def until(pilot: Pilot[Any], check: Callable[[], object], what: str) -> None:
-    for _ in range(200):
-        if check():
-            return
+    """Let the console run until `check()` holds (at least 20 s: a bound, not a pace). A
+    screen just pushed may not have its widgets yet (NoMatches): not yet, not a failure."""
+    for _ in range(1000):
+        with contextlib.suppress(NoMatches):
+            if check():
+                return
         await pilot.pause(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 
