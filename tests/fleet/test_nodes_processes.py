@@ -167,7 +167,7 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
     # read (its log says so), well before it writes (seconds later, even on a loaded
     # machine: a fixed sleep here let the write land first).
     pending = asyncio.get_running_loop().create_task(w1.call(slow, "slow_add", 3000, 1))
-    await until(lambda: any(x["what"] == "slow_add" for x in w1.lines()),
+    await until(lambda: any(x["what"] == "slow_add" for x in w1.lines()), within=60,
                 what="the slow event's read")
     w1.signal(signal.SIGSTOP)
     stopped_ms = wall_ms()
