@@ -522,7 +522,9 @@ async def test_a_viewer_token_hides_every_action_as_read_only_does(harness: Harn
     app, rec = await start(harness, token=harness.tokens.viewer)
     async with run(app, rec) as pilot:
         await connected(pilot)
-        assert app.state.role == "viewer" and "viewer" in status_text(pilot)
+        # The header draws on its own pace, after the state has the role.
+        await until(pilot, lambda: app.state.role == "viewer" and "viewer" in status_text(pilot),
+                    "the viewer's role in the header")
         assert app.read_only and "read-only" in fixed_keys(pilot)
         for key, screen, table, rows, keys in (
                 ("5", DeadLettersScreen, "#alarm-page", [dead], "rnfx"),
