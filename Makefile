@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint docs bench clean
+.PHONY: demo test quick lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/alarmtop --demo
 
+# The suite runs in TEST_JOBS parallel processes (pytest-xdist; more than the cores: many
+# tests wait on other processes); TEST_JOBS=0 runs it in this one.
+TEST_JOBS ?= 3
+
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_JOBS)
+
+# All but the slow end-to-end tests (a terminal, a browser, fleets of processes, a fresh
+# install, kills and chaos runs), for a quick look while working; make test runs them too.
+quick: $(STAMP)
+	$(BIN)/pytest -n $(TEST_JOBS) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check top core server tui examples testing tests bench

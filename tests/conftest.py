@@ -8,7 +8,7 @@ import pytest
 
 from alarmtop.core import PostgresBackend, Runtime, VirtualClock
 from alarmtop.testing import START_MS
-from tests import pg
+from tests import pg, watchdog
 
 __all__ = ["START_MS", "RuntimeFactory"]  # the tests import both from here
 # The behaviour suites that run on both backends (a test marked `sqlite_only` reaches
@@ -19,6 +19,46 @@ BOTH_BACKENDS = ("tests/core/", "tests/durable/", "tests/conformance/", "tests/t
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: the test reads or damages SQLite files "
                             "itself: it runs on the SQLite backend only")
+    config.addinivalue_line("markers", "slow: an end-to-end test of real processes (a terminal, "
+                            "a browser, a fleet, a fresh install) that takes seconds to a "
+                            "minute: CI runs them, `pytest -m 'not slow'` leaves them out")
+    # Before any test starts a daemon: what the run starts dies with it (tests/watchdog.py).
+    watchdog.install()
+
+
+# The end-to-end tests of real processes (a terminal, a browser, fleets of processes, a
+# fresh install, kills and chaos runs): seconds to a minute each. `make test` (what CI
+# runs) runs them; `make quick` (`pytest -m "not slow"`) leaves them out.
+SLOW = (
+    "tests/test_install.py", "tests/test_killed_run.py", "tests/tui/test_tmux.py",
+    "tests/tui/test_web.py", "tests/testing/test_user_project.py",
+    "tests/chaos/test_chaos.py", "tests/chaos/test_chaos_fleet.py",
+    "tests/chaos/test_crash_windows.py", "tests/chaos/test_corruption.py",
+    "tests/chaos/test_fuzz_ops.py", "tests/chaos/test_properties.py",
+    "tests/core/test_commit_kills.py", "tests/core/test_counters.py",
+    "tests/fleet/test_nodes_processes.py", "tests/fleet/test_fleet_sockets_processes.py",
+    "tests/fleet/test_postgres_outage.py", "tests/fleet/test_serve_postgres.py",
+)
+
+
+# Modules whose fixtures outlive a test (a wheel built and installed, a chaos run, a
+# fuzz server): in a parallel run each goes to one worker, which sets them up once.
+WHOLE = ("tests/test_install.py", "tests/chaos/test_chaos.py",
+         "tests/chaos/test_chaos_fleet.py", "tests/chaos/test_fuzz_ops.py",
+         "tests/tui/test_cli_mistakes.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (--dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the slow modules, and run them first: in parallel runs a long test left for
+    the end keeps one worker busy while the others are done."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        if module in SLOW:
+            item.add_marker(pytest.mark.slow)
+        if module in WHOLE:
+            item.add_marker(pytest.mark.xdist_group(module))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -1,10 +1,12 @@
 """A throwaway PostgreSQL cluster for the tests, from the machine's own binaries.
 
-`initdb` into a folder made with `mkdtemp` (given to the `postgres` user when the
-tests run as root: PostgreSQL refuses to run as root, and pytest's own `tmp_path`
-is root-only), a unix socket in that folder and a free port on 127.0.0.1; stopped
-and removed at the end of the session. No mock of PostgreSQL anywhere: where the
-binaries are missing the tests skip saying so, and fail under ALARMTOP_REQUIRE_ALL.
+`initdb` into a folder made with `mkdtemp` in the run's folder (given to the
+`postgres` user when the tests run as root: PostgreSQL refuses to run as root, and
+pytest's own `tmp_path` is root-only), a unix socket in that folder and a free port
+on 127.0.0.1; stopped and removed at the end of the session (each xdist worker has
+a cluster of its own), and by the run's watchdog when the run is killed
+(tests/watchdog.py). No mock of PostgreSQL anywhere: where the binaries are
+missing the tests skip saying so, and fail under ALARMTOP_REQUIRE_ALL.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests import watchdog
 from tests.environment import unavailable
 
 START_TIMEOUT_S = 30.0
+PORT_ATTEMPTS = 3
 
 
 def binaries() -> Path | None:
@@ -83,7 +87,8 @@ def start_cluster() -> Cluster:
     bin_dir = binaries()
     if bin_dir is None:
         unavailable("PostgreSQL is not installed (apt-get install -y postgresql)")
-    root = Path(tempfile.mkdtemp(prefix="alarmtop-pg-"))
+    # In the run's folder: the watchdog removes it when the run is killed.
+    root = Path(tempfile.mkdtemp(prefix="alarmtop-pg-", dir=watchdog.run_dir()))
     user = None
     if os.geteuid() == 0:
         try:
@@ -99,13 +104,19 @@ def start_cluster() -> Cluster:
     if made.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
         unavailable(f"initdb failed: {made.stderr.strip()[-300:]}")
-    try:
-        cluster.start()
-    except subprocess.CalledProcessError as exc:
-        log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
-        shutil.rmtree(root, ignore_errors=True)
-        unavailable(f"PostgreSQL did not start: {exc.stderr.strip()[-300:]} {log[-300:]}")
-    return cluster
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            cluster.start()
+            return cluster
+        except subprocess.CalledProcessError as exc:
+            log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
+            if "already in use" in log and attempt + 1 < PORT_ATTEMPTS:
+                # Another test process (an xdist worker) took the free port meanwhile.
+                cluster.port = free_port()
+                continue
+            shutil.rmtree(root, ignore_errors=True)
+            unavailable(f"PostgreSQL did not start: {exc.stderr.strip()[-300:]} {log[-300:]}")
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager

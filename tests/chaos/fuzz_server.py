@@ -3,7 +3,13 @@
 Run as ``python -m tests.chaos.fuzz_server DATA_DIR ALARMS``: starts a runtime on
 the wall clock with ALARMS far-off alarms (so snapshots and pages are not tiny)
 and one object re-arming every 100 ms (so deltas keep flowing), an `OpsServer`
-on 127.0.0.1 port 0, prints ``PORT <n>`` and serves until its stdin closes. The
+on 127.0.0.1 port 0, prints ``PORT <n>`` and serves until its stdin closes.
+
+The server's budgets keep their bursts but do not refill (`NO_REFILL`): a flood
+is paced by its count alone. At the default rates a flood gets its burst plus the
+rate times however long the server takes to read it, which on a loaded machine
+is any number; the refill itself is tested on an injected clock (test_guard.py).
+The
 test measures this process's memory from outside (/proc/<pid>/status), and reads
 its log (stderr) for tracebacks. `Echo` takes object sockets and closes one with
 whatever reason it is sent (``close <reason>``), to fuzz close reasons.
@@ -24,6 +30,7 @@ from alarmtop.server.auth import Tokens
 OPERATOR = "fuzz-operator-token"
 VIEWER = "fuzz-viewer-token"
 FAR_MS = 3_600_000
+NO_REFILL = 1e-6  # tokens a second: one in eleven days
 
 
 class Target(DurableObject):
@@ -57,7 +64,7 @@ async def main(data: Path, alarms: int) -> None:
     await asyncio.gather(*(rt.get(Target, f"t{i}").arm(FAR_MS + i) for i in range(alarms)))
     await rt.get(Target, "ticker").arm(100)
     server = OpsServer(rt, Tokens(operator=OPERATOR, viewer=VIEWER), "127.0.0.1", 0,
-                       tick_s=0.05)
+                       tick_s=0.05, rate_per_s=NO_REFILL, query_rate_per_s=NO_REFILL)
     await server.start()
     print(f"PORT {server.port}", flush=True)
     try:

@@ -31,12 +31,13 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from alarmtop.core.model.errors import InvalidObjectName
 from alarmtop.core.model.object_names import check_object_name
-from alarmtop.server.app import MAX_PENDING, MAX_REJECTED, QUERY_BURST
+from alarmtop.server.app import MAX_PENDING, MAX_REJECTED, QUERY_BURST, RATE_BURST
 from alarmtop.server.wire import MAX_DEPTH, MAX_FRAME_BYTES, OPS
 from tests.chaos.fuzz_server import OPERATOR, VIEWER
 
 ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 5.0
+FLOOD_S = 45.0  # a bound on reading a flood's answers: it ends at the server's close
 ALARMS = 600
 FUZZ = settings(max_examples=120, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -383,7 +384,7 @@ def test_flood_from_one_client_is_throttled_and_others_are_served(server: Server
         flooder = await open_session(server)
         other = await open_session(server, VIEWER)
         try:
-            reading = asyncio.ensure_future(read_until_closed(flooder, 2))
+            reading = asyncio.ensure_future(read_until_closed(flooder, FLOOD_S))
             await flood(flooder)
             # The other client is answered promptly while the flood is handled.
             for i in range(5):
@@ -391,7 +392,7 @@ def test_flood_from_one_client_is_throttled_and_others_are_served(server: Server
                 reply = await answer(other)
                 assert reply.get("ok") is True and reply["id"] == 9000 + i
             ok, _, _ = await reading
-            assert 50 <= ok <= 200, ok  # the burst, then nothing more was executed
+            assert ok == RATE_BURST, ok  # the burst, then nothing more was executed
         finally:
             for ws in (flooder, other):  # unread deltas would make a clean close wait
                 assert ws.transport is not None
@@ -407,7 +408,7 @@ def test_flooder_is_told_it_is_rate_limited_before_the_close(server: Server) -> 
     async def run() -> tuple[int, int, int]:
         flooder = await open_session(server)
         try:
-            reading = asyncio.ensure_future(read_until_closed(flooder, 3))
+            reading = asyncio.ensure_future(read_until_closed(flooder, FLOOD_S))
             await flood(flooder)
             return await reading
         finally:
@@ -419,12 +420,13 @@ def test_flooder_is_told_it_is_rate_limited_before_the_close(server: Server) -> 
 
 
 def test_a_query_flood_is_throttled_past_the_consoles_pace(server: Server) -> None:
-    """Queries have a budget ten times a console's pace: a flood of 4,000 gets through
-    its burst (1,000) and a little more, then "rate limited", then a 1008 close."""
+    """Queries have a burst of their own, ten times what a console pages in a go: a flood
+    of 4,000 gets exactly its burst (1,000; the budget does not refill on this server, so
+    the count decides, not the machine's speed), then "rate limited", then a 1008 close."""
     async def run() -> tuple[int, int, int]:
         flooder = await open_session(server)
         try:
-            reading = asyncio.ensure_future(read_until_closed(flooder, 20))
+            reading = asyncio.ensure_future(read_until_closed(flooder, FLOOD_S))
             await flood(flooder, 4000, query=True)
             return await reading
         finally:
@@ -433,7 +435,7 @@ def test_a_query_flood_is_throttled_past_the_consoles_pace(server: Server) -> No
 
     ok, limited, code = asyncio.run(run())
     assert code == 1008 and limited >= MAX_REJECTED - 1, (ok, limited, code)
-    assert QUERY_BURST - 1 <= ok < 4000 - MAX_REJECTED, (ok, limited, code)
+    assert ok == QUERY_BURST, (ok, limited, code)
 
 
 STORM = 150  # connections at once, more than wait for a hello at once (MAX_PENDING)

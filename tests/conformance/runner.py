@@ -19,6 +19,7 @@ sends them (`json.dumps(Payload)` for a success, the Error fields for a failure)
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -84,11 +85,16 @@ def ensure_wheel(cache_dir: Path = CACHE_DIR) -> Path:
             raise WheelUnavailable(f"ALARMTOP_CONFORMANCE_WHEEL={override} is not a file")
     else:
         path = cache_dir / manifest.WHEEL
-        if not path.is_file():
-            _download(cache_dir)
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        # Parallel test processes (xdist workers) each want the wheel: one downloads it,
+        # the others wait for it instead of reading a half-written file.
+        with (cache_dir / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             if not path.is_file():
-                raise WheelUnavailable(f"pip download did not produce {manifest.WHEEL} in "
-                                       f"{cache_dir}")
+                _download(cache_dir)
+        if not path.is_file():
+            raise WheelUnavailable(f"pip download did not produce {manifest.WHEEL} in "
+                                   f"{cache_dir}")
     digest = _sha256(path)
     if digest != manifest.WHEEL_SHA256:
         raise WheelMismatch(f"{path} has sha256 {digest}, expected {manifest.WHEEL_SHA256} "

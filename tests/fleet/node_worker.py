@@ -61,8 +61,10 @@ class Beat(DurableObject):
         return value
 
     async def slow_add(self, ms: int, n: int = 1) -> int:
-        """Read, wait, then write: an event a pause can catch between the two."""
+        """Read, wait, then write: an event a pause can catch between the two (the log
+        says when it has read, for a test that pauses it then)."""
         value = int(await self.ctx.storage.get("n") or 0) + n
+        note(self.ctx.id, "slow_add", "read")
         await asyncio.sleep(ms / 1000)
         await self.ctx.storage.put("n", value)
         return value

@@ -341,7 +341,7 @@ async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
     names = [f"j{i:04d}" for i in range(200)]
     await write_alarms(a, names, AlarmState.DEAD)
     heard = b.events.subscribe("alarm.rearmed")
-    store, moved = a.operator_rows, []
+    store, moved, handed = a.operator_rows, [], asyncio.Event()
     read = store.get_many
 
     async def read_then_move(keys: Any) -> Any:
@@ -349,10 +349,12 @@ async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
         if not moved:  # the first group: the shard of its first item goes to b
             moved.append(backend_of(a).shard_of(keys[0]))
             await backend_of(a).hand_over(moved, "b")
+            handed.set()
         return got
     monkeypatch.setattr(store, "get_many", read_then_move)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=10, at_ms=FAR)
-    await until(lambda: bool(moved), what="a shard handed over under a group")
+    # Once the hand-over is written (not when it starts: b's round would find nothing).
+    await until(handed.is_set, what="a shard handed over under a group")
     await backend_of(b).keep_leases_once()  # b takes the shard offered to it
     assert set(backend_of(b).epochs) == set(moved)
     batch = await a.bulk.wait(bid)

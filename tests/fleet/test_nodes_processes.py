@@ -154,6 +154,7 @@ async def test_a_killed_nodes_alarms_fire_on_the_others_nothing_lost(fleet: Flee
     assert await t.get("Beat", on_w1[0]).add(0) >= 0
 
 
+@pytest.mark.timeout(180)  # its waits are bounds for a loaded machine, left when they hold
 async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fleet) -> None:
     t, (w1, _w2) = await fleet(2)
     names = await names_on(t, "w1", 8, "s")
@@ -163,9 +164,12 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
     for name, at in due.items():
         await t.get("Beat", name).arm(at)
     assert await t.get("Beat", slow).add(10) == 10
-    # An event caught between its read and its write by the pause.
-    pending = asyncio.get_running_loop().create_task(w1.call(slow, "slow_add", 600, 1))
-    await asyncio.sleep(0.2)
+    # An event caught between its read and its write by the pause: paused once it has
+    # read (its log says so), well before it writes (seconds later, even on a loaded
+    # machine: a fixed sleep here let the write land first).
+    pending = asyncio.get_running_loop().create_task(w1.call(slow, "slow_add", 3000, 1))
+    await until(lambda: any(x["what"] == "slow_add" for x in w1.lines()), within=60,
+                what="the slow event's read")
     w1.signal(signal.SIGSTOP)
     stopped_ms = wall_ms()
     try:

@@ -13,10 +13,12 @@ a coroutine function, to wait for the runtime (a batch's status, an alarm's stat
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import pytest
 from rich.text import Text
@@ -32,6 +34,7 @@ from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 from alarmtop.tui.app import AlarmtopApp
 from alarmtop.tui.client import WebSocketOpsClient
+from alarmtop.tui.widgets.footer import StatusLine
 from tests.conftest import RuntimeFactory
 
 OPERATOR = "operator-token-for-console-tests"
@@ -39,7 +42,7 @@ VIEWER = "viewer-token-for-console-tests"
 SIZE = (160, 48)
 TICK_S = 0.02
 POLL_S = 0.05
-WAIT_S = 8.0
+WAIT_S = 20.0  # a bound, not a pace: a check ends as soon as it holds (2 cores, shared)
 # Three attempts 0.5 s and 1 s apart: a dead letter after 1.5 virtual seconds.
 FAST_RETRY = RetryPolicy(max_retries=2, initial_delay_s=0.5, backoff_rate=2.0)
 FESTIVAL = "festival-stream"
@@ -47,10 +50,26 @@ FAILING_STEP = "compensate_open_viewing_page"
 
 
 class Recorder:
-    """A `message_hook` for `run_test` that keeps every notification the console posts."""
+    """A `message_hook` for `run_test` that keeps every notification the console posts;
+    within `listening()`, also every line said on a status line."""
 
     def __init__(self) -> None:
         self.notices: list[tuple[str, str]] = []  # (severity, message)
+        self.said: list[str] = []  # status lines, in the order said
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        """Keep what status lines say. A line is replaced by the next (an action's result
+        by the news that its row left the view): a check of the line at one moment races
+        with the console's own pace, which a loaded machine slows."""
+        say = StatusLine.say
+
+        def said(line: StatusLine, text: str, severity: str = "information") -> None:
+            self.said.append(text)
+            say(line, text, severity)
+
+        with mock.patch.object(StatusLine, "say", said):
+            yield
 
     def __call__(self, message: Message) -> None:
         if isinstance(message, Notify):

@@ -422,14 +422,12 @@ def fake_console(role: str = "operator", read_only: bool = False,
 
 
 async def until(pilot: Pilot[Any], check: Callable[[], object], what: str) -> None:
-    """Wait for `check`; a widget it queries that is not mounted yet (a screen pushed
-    whose children a loaded machine has not composed) counts as not yet."""
-    for _ in range(200):
-        try:
+    """Let the console run until `check()` holds (at least 20 s: a bound, not a pace). A
+    screen just pushed may not have its widgets yet (NoMatches): not yet, not a failure."""
+    for _ in range(1000):
+        with contextlib.suppress(NoMatches):
             if check():
                 return
-        except NoMatches:
-            pass
         await pilot.pause(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 

@@ -11,8 +11,10 @@ frames from the server (see `until`). The last tests keep the bugs they found fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import warnings
+from collections.abc import AsyncIterator
 from typing import Any
 
 from textual import events
@@ -57,8 +59,11 @@ async def start(harness: Harness, *, read_only: bool = False,
     return harness.console(read_only=read_only, token=token), Recorder()
 
 
-def run(app: AlarmtopApp, rec: Recorder) -> Any:
-    return app.run_test(size=SIZE, notifications=True, message_hook=rec)
+@contextlib.asynccontextmanager
+async def run(app: AlarmtopApp, rec: Recorder) -> AsyncIterator[Pilot]:
+    with rec.listening():
+        async with app.run_test(size=SIZE, notifications=True, message_hook=rec) as pilot:
+            yield pilot
 
 
 async def connected(pilot: Pilot) -> None:
@@ -81,7 +86,8 @@ async def done(pilot: Pilot, rec: Recorder, text: str) -> None:
     the target), and for the status line to say it too."""
     await until(pilot, lambda: rec.has(text, "information"),
                 f"the notification {text!r} (seen: {rec.messages()})")
-    await until(pilot, lambda: text in status_line(pilot), f"{text!r} on the status line")
+    await until(pilot, lambda: text in status_line(pilot) or any(text in x for x in rec.said),
+                f"{text!r} on the status line (said: {rec.said})")
 
 
 async def confirm(pilot: Pilot, question: str) -> None:
@@ -516,7 +522,9 @@ async def test_a_viewer_token_hides_every_action_as_read_only_does(harness: Harn
     app, rec = await start(harness, token=harness.tokens.viewer)
     async with run(app, rec) as pilot:
         await connected(pilot)
-        assert app.state.role == "viewer" and "viewer" in status_text(pilot)
+        # The header draws on its own pace, after the state has the role.
+        await until(pilot, lambda: app.state.role == "viewer" and "viewer" in status_text(pilot),
+                    "the viewer's role in the header")
         assert app.read_only and "read-only" in fixed_keys(pilot)
         for key, screen, table, rows, keys in (
                 ("5", DeadLettersScreen, "#alarm-page", [dead], "rnfx"),

@@ -1,9 +1,11 @@
 """The installed `alarmtop --demo` in a real terminal (tmux): read the screen, press keys, quit.
 
-The console runs in a detached tmux session of 160x45 on a tmux server of its
+The console runs in a detached tmux session of 160x48 on a tmux server of its
 own (`-L`), so the test never touches a user's tmux. The screen is read with
 `capture-pane`, polled every 0.1 s up to a deadline: here we wait for another
-process, not for a timer of ours.
+process, not for a timer of ours. A key or a resize is drawn in steps (the view,
+then its list, the header on its own pace), so a test waits for the whole state it
+checks, held for a moment (`SETTLE_S`), not for the first frame that shows part of it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ START_S = 30.0  # the demo's festival needs a few seconds to reach needs-human
 DEAD_S = 75.0  # its first flaky alarm walks 7 attempts over about 32 s to a dead letter
 KEY_S = 10.0
 POLL_S = 0.1
+SETTLE_S = 0.5  # a screen is settled when a check holds on every capture for this long
+# How each view's title starts, on the top line of its box (the view a key switched to).
+VIEW_TITLES = {"1": "Alarms (most urgent first)", "2": "Alarms ─", "3": "Executions",
+               "4": "Objects", "5": "Dead letters", "6": "Active faults", "7": "Audit log",
+               "8": "Event log"}
 
 pytestmark = [
     pytest.mark.skipif(TMUX is None, reason="tmux is not installed (apt-get install tmux)"),
@@ -47,7 +54,10 @@ class Terminal:
 
     def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
         assert TMUX is not None
-        env = {**os.environ, "LANG": os.environ.get("LANG") or "C.UTF-8"}
+        # COLUMNS and LINES (an xdist worker has them) would size the console instead of
+        # the terminal it runs in: the server passes its environment on to the command.
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env["LANG"] = env.get("LANG") or "C.UTF-8"
         return subprocess.run([TMUX, "-L", self.socket, *args], capture_output=True,
                               text=True, timeout=10, env=env, check=False)
 
@@ -72,12 +82,17 @@ class Terminal:
         return self.tmux("has-session", "-t", self.session).returncode == 0
 
     def wait_for(self, check: Callable[[str], bool], what: str, timeout: float) -> str:
-        """Poll the screen until `check` accepts it; fail with the last screen."""
+        """Poll the screen until `check` accepts every capture for `SETTLE_S` (a frame
+        drawn halfway may pass a check once); fail with the last screen."""
         deadline = time.monotonic() + timeout
-        screen = ""
+        screen, since = "", None
         while time.monotonic() < deadline:
             screen = self.screen()
-            if check(screen):
+            if not check(screen):
+                since = None
+            elif since is None:
+                since = time.monotonic()
+            elif time.monotonic() - since >= SETTLE_S:
                 return screen
             time.sleep(POLL_S)
         raise AssertionError(f"no {what} within {timeout:.0f} s; the screen was:\n{screen}")
@@ -107,8 +122,10 @@ def test_demo_console_in_tmux(terminal: Terminal, tmp_path: Path) -> None:
                f"{shlex.quote(str(rc_file))}")
     terminal.start(command)
 
+    # The list and the header refresh on their own paces: wait for both.
     screen = terminal.wait_for(
-        lambda s: "alarmtop" in s and any("hsf-day2" in r for r in rows_of(s, "NEEDS-HUMAN")),
+        lambda s: "alarmtop" in s and any("hsf-day2" in r for r in rows_of(s, "NEEDS-HUMAN"))
+        and "NEEDS-HUMAN 1" in s and "Re-arm" in s.splitlines()[-1],
         "header and needs-human festival", START_S)
     header = screen.splitlines()[0]
     assert "alarmtop" in header and "demo@127.0.0.1:" in header and "operator" in header
@@ -118,7 +135,8 @@ def test_demo_console_in_tmux(terminal: Terminal, tmp_path: Path) -> None:
     terminal.press("3")
     screen = terminal.wait_for(
         lambda s: all(f"festival-stream/hsf-day{n}" in s for n in (1, 2, 3))
-        and "saga stack" in s, "the executions view", KEY_S)
+        and "saga stack" in s and "SUSPENDED" in s and "SUCCEEDED" in s,
+        "the executions view", KEY_S)
     assert "SUSPENDED" in screen and "SUCCEEDED" in screen
     # The cursor stays on the row it landed on while rows move (by identity): the
     # festival that needs a human sorts first, and home goes to it whatever came first.
@@ -152,6 +170,14 @@ def demo_command(tmp_path: Path, rc_file: Path) -> str:
             f"{shlex.quote(str(rc_file))}")
 
 
+def drawn_at_80x24(screen: str, title: str) -> bool:
+    """The view titled `title` fills an 80x24 screen: its box, the header's first line
+    and the footer's right end are drawn."""
+    lines = screen.splitlines()
+    return (len(lines) >= 24 and lines[2].startswith(f"╭─ {title}") and "NEEDS-HUMAN" in lines[0]
+            and lines[23].rstrip().endswith("? Help q Quit"))
+
+
 def dead_count(screen: str) -> int:
     """The header's DEAD count."""
     match = re.search(r"DEAD (\d+)", screen.splitlines()[1])
@@ -182,9 +208,11 @@ def test_a_dead_letter_appears_in_view_5_and_the_header_fits_80x24(
     terminal.resize(80, 24)
     for key in "123456785":
         terminal.press(key)
-        screen = terminal.wait_for(lambda s: len(s.splitlines()) >= 24
-                                   and "q Quit" in s.splitlines()[23], f"view {key} at 80x24",
-                                   KEY_S)
+        # Settled: the view the key asked for, drawn at 80x24 with its header and footer
+        # (every view's footer ends in "q Quit": alone it does not tell the view changed).
+        title = VIEW_TITLES[key]
+        screen = terminal.wait_for(lambda s, title=title: drawn_at_80x24(s, title),
+                                   f"view {key} at 80x24", KEY_S)
         lines = screen.splitlines()
         assert all(len(line) <= 80 for line in lines), screen
         first = lines[0]
