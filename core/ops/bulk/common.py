@@ -44,7 +44,7 @@ CANCEL_ANSWER_S = 2.0  # a cancel answers by then, ended or still "cancelling"
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 5.0
 FAILURES_SHOWN = 100
-# The runtime's own action for an alarm item sent one by one (`Runtime._operate_here`).
+# The alarm action of an item sent one by one, as `AlarmActions.routed` names it.
 RUNTIME_ACTION = {"rearm": "re-arm", "fire_now": "fire", "clear_dead_letter": "clear",
                    "pause_alarm": "pause", "resume_alarm": "resume"}
 
