@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from alarmtop.core.fleet.events import FleetEvents
-from alarmtop.core.fleet.node import FleetNode
+from alarmtop.core.fleet.node import NODE_SOCKETS, FleetNode
 from alarmtop.core.fleet.routing import FleetBackend, Routing
 from alarmtop.core.fleet.sockets import OwnedSockets
 from alarmtop.core.kernel.alarms.attempt import AlarmDispatcher
@@ -146,7 +146,7 @@ class Runtime:
 
         # -- the operator's tools ----------------------------------------------------------
         alarms = AlarmActions(self._classes, self.scheduler, self.host, routing, self.clock,
-                              self._state)
+                              self._state, self.audit)
         queries = Queries(self.backend, self._classes, self.scheduler, self.host, self._state)
         board = TimersBoard(self.operator_rows, self.backend.execution_log, self.clock,
                             self._state)
@@ -167,6 +167,7 @@ class Runtime:
                                    self.events, self.faults, self.tasks, self._state,
                                    {"call": self.calls.serve, "operate": alarms.serve},
                                    node_host=node_host)
+            self._descriptors.reserve("the node listener's sockets", NODE_SOCKETS)
 
         # -- the public API, forwarded to the parts that implement it ----------------------
         self.get = self.calls.get

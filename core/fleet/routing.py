@@ -2,20 +2,29 @@
 
 One runtime on SQLite is its own fleet: every object is local. On a shared backend
 (`PostgresBackend`) each object's shard is leased by one node; the router finds
-it, and the runtime forwards the event there (`core/nodes.py`). An object whose
+it, and the runtime forwards the event there (`fleet/node.py`). An object whose
 shard has no live owner is claimed by the caller's node, or, when another node
 claims it first, reached there; either way within a bounded wait, else a clear
 error.
+
+A call whose owner cannot be reached, or no longer holds the shard, ran nowhere:
+it is asked again of the shard's owner as the database names it, until the lease
+of an owner that died runs out and another node takes the shard over. A call
+whose connection to the owner ended while it was in flight (the owner died) may
+have run there, up to its commit: it is made again only on another owner, once
+one took the shard over, never again on the one it was sent to.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.fleet.links import LinkLost, NodeClient
 from alarmtop.core.model.errors import NodeUnreachable, PeerDown, ShardMoved
+from alarmtop.core.model.node_tls import NodeTls
 
 ObjectKey = tuple[str, str]
 CLAIM_WAIT_S = 5.0
@@ -29,6 +38,9 @@ class FleetBackend(Protocol):
     cluster_secret: str
     lease_s: float
     drain_s: float  # how long a hand-over (or a clean stop) waits for what is in flight
+    node_host: str  # where it listens for other nodes' calls
+    node_tls: NodeTls | None  # its certificate for node links (None: ws://)
+    node_insecure_no_tls: bool  # told that something else encrypts its node links
 
     def bind(self, on_change: Any, address: str | None = None,
              drain: Any = None) -> None: ...
@@ -76,9 +88,11 @@ class Router:
 
 
 class FleetRouter(Router):
-    def __init__(self, backend: FleetBackend, wait_s: float = CLAIM_WAIT_S) -> None:
+    def __init__(self, backend: FleetBackend, wait_s: float = CLAIM_WAIT_S,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._backend = backend
         self._wait_s = wait_s
+        self._tls = tls
         # A dead owner is found out only when its lease runs out: a call to it waits
         # that long (and a little) for the shard's next owner before giving up.
         self._failover_s = max(wait_s, backend.lease_s + 2.0)
@@ -89,23 +103,42 @@ class FleetRouter(Router):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._failover_s
         fresh = False
+        lost: LinkLost | None = None  # the owner whose connection ended during the call
         while True:
             peer = await self.peer(key, fresh)
+            if lost is not None and peer is not None and peer.address == lost.address:
+                # The call may have run there: it is made again only on another owner
+                # (the node that takes the shard over from one that died), never there.
+                if loop.time() >= deadline:
+                    raise self._unreachable(key, lost) from lost
+                await asyncio.sleep(0.1)
+                continue
             try:
                 if peer is None:
                     return await here()
                 return await there(peer)
-            except (PeerDown, ShardMoved) as exc:
-                # Nothing ran: ask again who holds the shard, until its lease runs out
-                # and a live node (maybe this one) takes it over.
+            except (PeerDown, ShardMoved, LinkLost) as exc:
+                # Nothing ran, or it ran on a node that is gone: ask again who holds the
+                # shard, until its lease runs out and a live node (maybe this one) takes
+                # it over.
+                if isinstance(exc, LinkLost):
+                    lost = exc
                 if loop.time() >= deadline:
-                    raise NodeUnreachable(
-                        f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), and "
-                        f"no other node took the shard over within {self._failover_s:g} s; "
-                        "check the fleet's nodes (rt.nodes(), or the console's Nodes view)"
-                    ) from exc
+                    raise self._unreachable(key, lost or exc) from exc
                 fresh = True  # the owner as last seen is not it (any more)
                 await asyncio.sleep(0.1)
+
+    def _unreachable(self, key: ObjectKey, exc: BaseException) -> NodeUnreachable:
+        if isinstance(exc, LinkLost):
+            return NodeUnreachable(
+                f"{key[0]}/{key[1]}: the connection to its shard's owner ended during the "
+                f"call ({exc}), and no other node took the shard over within "
+                f"{self._failover_s:g} s; the call may have run there. Check the fleet's "
+                "nodes (rt.nodes(), or the console's Nodes view)")
+        return NodeUnreachable(
+            f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), and no other "
+            f"node took the shard over within {self._failover_s:g} s; check the fleet's "
+            "nodes (rt.nodes(), or the console's Nodes view)")
 
     async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
         backend = self._backend
@@ -134,7 +167,8 @@ class FleetRouter(Router):
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = NodeClient(address, self._backend.node_id,
-                                                         self._backend.cluster_secret)
+                                                         self._backend.cluster_secret,
+                                                         self._tls)
         return client
 
     async def close(self) -> None:
@@ -151,8 +185,9 @@ class Routing:
     def __init__(self) -> None:
         self.router: Router = Router()
 
-    def start(self, backend: FleetBackend) -> None:
-        self.router = FleetRouter(backend)
+    def start(self, backend: FleetBackend, tls: ssl.SSLContext | None = None) -> None:
+        """Route through the fleet; `tls` checks the certificates of `wss://` peers."""
+        self.router = FleetRouter(backend, tls=tls)
 
     async def stop(self) -> None:
         router, self.router = self.router, Router()

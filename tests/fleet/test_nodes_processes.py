@@ -194,3 +194,24 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
     assert resumed_ms > stopped_ms
     ups = {n["node_id"]: n["up"] for n in await t.nodes()}
     assert ups == {"t": True, "w1": True, "w2": True}
+
+
+async def test_a_call_in_flight_to_an_owner_that_dies_waits_for_the_new_owner(
+        fleet: Fleet, caplog: pytest.LogCaptureFixture) -> None:
+    """The owner is SIGKILLed while a call runs there: the call is made again on the
+    node that takes the shard over (here, once the lease ran out), rather than failing
+    at once; the link's end is logged."""
+    t, (w1,) = await fleet(1)
+    name = (await names_on(t, "w1", 1, "inflight"))[0]
+    call = asyncio.get_running_loop().create_task(t.get("Beat", name).hold(2_000))
+
+    async def running_on_w1() -> bool:
+        return any(x["object"] == name and x["edge"] == "start" for x in w1.lines())
+    await until(running_on_w1, what="the call running on w1")
+    w1.signal(signal.SIGKILL)
+    await w1.proc.wait()
+    killed = time.monotonic()
+    assert await asyncio.wait_for(call, LEASE_S + 10) == "t"
+    assert time.monotonic() - killed < LEASE_S + 2 + 2 + 1  # its failover, then the hold
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "ended with 1 call(s) in flight" in said, said[-2000:]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
+from alarmtop.core.model.node_tls import NodeTls, check_node_host
 from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
@@ -110,11 +111,22 @@ class PostgresBackend(BackendStores):
         pool_size: connections for reads and object events.
         node_host: the address this node listens on for other nodes' calls (a free
             port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
+            Off loopback it needs TLS (or `node_insecure_no_tls`).
+        node_tls_cert, node_tls_key: this node's certificate and key (PEM): its node
+            links are then `wss://`, and the certificate must name `node_host`.
+        node_tls_ca: what this node trusts when it calls another on `wss://` (default:
+            the system's authorities and its own certificate).
+        node_insecure_no_tls: listen off loopback without TLS (only where something
+            else encrypts the traffic, e.g. a VPN). The cluster secret never crosses
+            the wire either way.
     """
 
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
                  lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
-                 node_host: str = "127.0.0.1") -> None:
+                 node_host: str = "127.0.0.1", node_tls_cert: str | os.PathLike[str] | None = None,
+                 node_tls_key: str | os.PathLike[str] | None = None,
+                 node_tls_ca: str | os.PathLike[str] | None = None,
+                 node_insecure_no_tls: bool = False) -> None:
         _asyncpg()  # a missing extra says so before anything starts
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
@@ -132,6 +144,9 @@ class PostgresBackend(BackendStores):
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
         self.node_host = node_host
+        self.node_tls = NodeTls.of(node_tls_cert, node_tls_key, node_tls_ca)
+        self.node_insecure_no_tls = bool(node_insecure_no_tls)
+        check_node_host(node_host, self.node_tls, self.node_insecure_no_tls)
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (wall ms) each held lease runs, as this node last wrote it: past
