@@ -157,13 +157,13 @@ async def stop_driver(driver: asyncio.Task[None]) -> None:
 
 async def _run_demo(data_dir: Path, duration: float | None,
                     cleanup: Callable[[], None] | None = None) -> None:
-    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.serve import RUNTIME_GRACE_S, leave_now
 
     rt = build_demo_runtime(data_dir)
     events = rt.events.subscribe()
     await rt.start()
-    driver = asyncio.create_task(drive_demo(rt))
+    driver = start_demo_driver(rt)
     try:
         async with asyncio.timeout(duration):
             async for event in events:
@@ -224,7 +224,7 @@ async def embedded(rt: Runtime, tokens: Tokens) -> AsyncIterator[OpsServer]:
 async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
                         cleanup: Callable[[], None] | None = None) -> None:
     """The demo runtime, its server on a free local port, and the console on it."""
-    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.auth import Tokens
     from alarmtop.server.serve import leave_now
     from alarmtop.tui.app import AlarmtopApp
@@ -233,7 +233,7 @@ async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
     rt = build_demo_runtime(data_dir)
     tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
     async with embedded(rt, tokens) as server:
-        driver = asyncio.create_task(drive_demo(rt))
+        driver = start_demo_driver(rt)
         app = AlarmtopApp(WebSocketOpsClient(server.url, tokens.operator),
                           target=f"demo@127.0.0.1:{server.port}", read_only=read_only,
                           confirm_actions=confirm)
