@@ -298,15 +298,13 @@ class PostgresBackend(BackendStores):
     # -- leases ---------------------------------------------------------------------------
 
     async def _keep_leases(self) -> None:
-        """Renew, claim and hand over, every third of a lease, until closed. A round
-        that gets no answer within a lease gives up (its leases lapse meanwhile)."""
+        """Renew, claim and hand over, every third of a lease, until closed."""
         while True:
             await asyncio.sleep(self.lease_s / 3)
             try:
-                await asyncio.wait_for(self.keep_leases_once(), self.lease_s)
-            except (Exception, TimeoutError) as exc:  # PostgreSQL away: others take over
-                why = f"no answer within {self.lease_s:g} s" if \
-                    isinstance(exc, TimeoutError) else str(exc)
+                await self.keep_leases_once()
+            except Exception as exc:  # PostgreSQL away: the leases lapse, others take over
+                why = str(exc) or f"no answer within {self.lease_s:g} s"
                 log.warning("node %s could not renew its shard leases: %s", self.node_id, why)
 
     async def _watch_deadlines(self) -> None:
@@ -335,9 +333,11 @@ class PostgresBackend(BackendStores):
             return
         started = local_now()  # before any statement: what they write ends later
         pool = self._require_pool()
-        async with pool.acquire() as conn:
+        # A round that waits longer than a lease (for a connection, or on a row another
+        # node's transaction holds) gives up: what it would renew has lapsed by then.
+        async with pool.acquire(timeout=self.lease_s) as conn:
             async with conn.transaction():
-                now = await db_now_ms(conn)
+                now = await db_now_ms(conn, timeout_ms=self.lease_ms)
                 until = now + self.lease_ms
                 # The node's row is this process's from its first round on (`open`
                 # checked that no other process answers as this node); at a later

@@ -33,9 +33,14 @@ NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 MAX_MARGIN_S = 1.0
 
 
-async def db_now_ms(conn: PgConn) -> int:
-    """The database's clock now, in epoch milliseconds."""
-    return int(await conn.fetchval(f"SELECT {NOW_MS}"))
+async def db_now_ms(conn: PgConn, timeout_ms: int | None = None) -> int:
+    """The database's clock now, in epoch milliseconds; with `timeout_ms`, the rest of
+    the transaction's statements give up after that long (`statement_timeout`)."""
+    if timeout_ms is None:
+        return int(await conn.fetchval(f"SELECT {NOW_MS}"))
+    now = await conn.fetchval(f"SELECT {NOW_MS} FROM set_config('statement_timeout', $1, "
+                              "true)", str(max(1, timeout_ms)))
+    return int(now)
 
 
 def local_now() -> float:
