@@ -77,9 +77,11 @@ class Beat(DurableObject):
 
     async def slow_add(self, ms: int, n: int = 1) -> int:
         """Read, wait, then write: an event a pause can catch between the two."""
+        note(self.ctx.id, "slow_add", "start")
         value = int(await self.ctx.storage.get("n") or 0) + n
         await asyncio.sleep(ms / 1000)
         await self.ctx.storage.put("n", value)
+        note(self.ctx.id, "slow_add", "end")
         return value
 
     async def web_socket_connect(self, ws: Any, request: dict[str, Any]) -> None:

@@ -51,8 +51,11 @@ async def fleet(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
                                               LEASE_S, SHARDS))
 
         async def balanced() -> bool:
+            # Settled: every node holds at most its share, and all shards are held, so
+            # no hand-over is still to come (a test's objects stay where it found them).
             held = {n["node_id"]: n["shards"] for n in await rt.nodes() if n["up"]}
-            return len(held) == n + 1 and min(held.values()) >= SHARDS // (n + 1)
+            return len(held) == n + 1 and sum(held.values()) == SHARDS and \
+                max(held.values()) <= -(-SHARDS // (n + 1))
         await until(balanced, within=20, what="every node holding its share")
         return rt, workers
 
@@ -67,9 +70,10 @@ async def fleet(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
 
 
 async def owner(rt: Runtime, name: str) -> str | None:
+    """The object's owner as the shard's row says now (not as `rt` last saw it)."""
     backend = rt.backend
     assert isinstance(backend, PostgresBackend)
-    return (await backend.owner_of(("Beat", name)))[0]
+    return (await backend.owner_of(("Beat", name), fresh=True))[0]
 
 
 async def names_on(rt: Runtime, node: str, count: int, prefix: str = "b") -> list[str]:
