@@ -97,7 +97,7 @@ _KNOWN: dict[str, type[BaseException]] = {
 
 class LinkLost(NodeUnreachable):
     """The connection to the owner ended while a call was in flight on it: the call may
-    have run there. The router asks the shard's next owner, not this one again."""
+    have run there (the router waits for the shard's next owner, then says so)."""
 
     def __init__(self, message: str, address: str) -> None:
         super().__init__(message)
@@ -471,8 +471,9 @@ class NodeClient:
                          if on is conn and not fut.done()]
             if in_flight:
                 log.warning("the link to the node at %s ended with %d call(s) in flight "
-                            "(%s): they go to the shards' next owners", self.address,
-                            len(in_flight), ended or "it closed")
+                            "(%s): they may have run there, and fail once the shards' next "
+                            "owners hold them", self.address, len(in_flight),
+                            ended or "it closed")
             for fut in in_flight:
                 fut.set_exception(LinkLost(
                     f"the node at {self.address} went away during the call", self.address))

@@ -10,9 +10,10 @@ error.
 A call whose owner cannot be reached, or no longer holds the shard, ran nowhere:
 it is asked again of the shard's owner as the database names it, until the lease
 of an owner that died runs out and another node takes the shard over. A call
-whose connection to the owner ended while it was in flight (the owner died) may
-have run there, up to its commit: it is made again only on another owner, once
-one took the shard over, never again on the one it was sent to.
+whose connection to the owner ended while it ran there (the owner died) may have
+run, up to its commit: it waits for the shard's next owner too, and then fails
+with `NodeUnreachable` saying so, rather than run a second time unasked (a call
+made then reaches the next owner at once).
 """
 
 from __future__ import annotations
@@ -103,42 +104,54 @@ class FleetRouter(Router):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._failover_s
         fresh = False
-        lost: LinkLost | None = None  # the owner whose connection ended during the call
         while True:
             peer = await self.peer(key, fresh)
-            if lost is not None and peer is not None and peer.address == lost.address:
-                # The call may have run there: it is made again only on another owner
-                # (the node that takes the shard over from one that died), never there.
-                if loop.time() >= deadline:
-                    raise self._unreachable(key, lost) from lost
-                await asyncio.sleep(0.1)
-                continue
             try:
                 if peer is None:
                     return await here()
                 return await there(peer)
-            except (PeerDown, ShardMoved, LinkLost) as exc:
-                # Nothing ran, or it ran on a node that is gone: ask again who holds the
-                # shard, until its lease runs out and a live node (maybe this one) takes
-                # it over.
-                if isinstance(exc, LinkLost):
-                    lost = exc
+            except LinkLost as exc:
+                raise await self._lost_during(key, exc, deadline) from exc
+            except (PeerDown, ShardMoved) as exc:
+                # Nothing ran: ask again who holds the shard, until its lease runs out
+                # and a live node (maybe this one) takes it over.
                 if loop.time() >= deadline:
-                    raise self._unreachable(key, lost or exc) from exc
+                    raise NodeUnreachable(
+                        f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), "
+                        f"and no other node took the shard over within "
+                        f"{self._failover_s:g} s; check the fleet's nodes (rt.nodes(), or "
+                        "the console's Nodes view)") from exc
                 fresh = True  # the owner as last seen is not it (any more)
                 await asyncio.sleep(0.1)
 
-    def _unreachable(self, key: ObjectKey, exc: BaseException) -> NodeUnreachable:
-        if isinstance(exc, LinkLost):
-            return NodeUnreachable(
-                f"{key[0]}/{key[1]}: the connection to its shard's owner ended during the "
-                f"call ({exc}), and no other node took the shard over within "
-                f"{self._failover_s:g} s; the call may have run there. Check the fleet's "
-                "nodes (rt.nodes(), or the console's Nodes view)")
-        return NodeUnreachable(
-            f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), and no other "
-            f"node took the shard over within {self._failover_s:g} s; check the fleet's "
-            "nodes (rt.nodes(), or the console's Nodes view)")
+    async def _lost_during(self, key: ObjectKey, lost: LinkLost,
+                           deadline: float) -> NodeUnreachable:
+        """The error of a call whose owner went away while it ran there, once the
+        shard's next owner holds it (or the wait for one ran out). The call is not made
+        again: it may have run up to its commit, and running it twice is the caller's
+        decision. A call made now reaches the next owner at once."""
+        loop = asyncio.get_running_loop()
+        name = f"{key[0]}/{key[1]}"
+        while True:
+            try:
+                peer = await self.peer(key, fresh=True)
+            except NodeUnreachable:
+                pass  # no live owner yet, and this node could not take the shard: wait on
+            else:
+                if peer is None or peer.address != lost.address:
+                    now_at = "this node" if peer is None else peer.address
+                    return NodeUnreachable(
+                        f"{name}: its owner at {lost.address} went away while the call ran "
+                        f"there; the call may have run, up to its commit, and was not made "
+                        f"again. The object is served at {now_at} now: call again if it "
+                        "is safe to run twice")
+            if loop.time() >= deadline:
+                return NodeUnreachable(
+                    f"{name}: its owner at {lost.address} went away while the call ran "
+                    f"there (the call may have run, up to its commit), and no other node "
+                    f"took the shard over within {self._failover_s:g} s; check the "
+                    "fleet's nodes (rt.nodes(), or the console's Nodes view)")
+            await asyncio.sleep(0.1)
 
     async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
         backend = self._backend

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime
+from alarmtop.core.errors import NodeUnreachable
 from tests.fleet import node_worker
 from tests.fleet.conftest import until
 from tests.fleet.processes import Worker
@@ -202,9 +203,10 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
 
 async def test_a_call_in_flight_to_an_owner_that_dies_waits_for_the_new_owner(
         fleet: Fleet, caplog: pytest.LogCaptureFixture) -> None:
-    """The owner is SIGKILLed while a call runs there: the call is made again on the
-    node that takes the shard over (here, once the lease ran out), rather than failing
-    at once; the link's end is logged."""
+    """The owner is SIGKILLed while a call runs there: the call waits for the node that
+    takes the shard over (here, once the lease ran out) and then fails saying it may
+    have run, rather than run twice unasked; the link's end is logged; a call made then
+    runs on the new owner at once."""
     t, (w1,) = await fleet(1)
     name = (await names_on(t, "w1", 1, "inflight"))[0]
     call = asyncio.get_running_loop().create_task(t.get("Beat", name).hold(2_000))
@@ -215,7 +217,14 @@ async def test_a_call_in_flight_to_an_owner_that_dies_waits_for_the_new_owner(
     w1.signal(signal.SIGKILL)
     await w1.proc.wait()
     killed = time.monotonic()
-    assert await asyncio.wait_for(call, LEASE_S + 10) == "t"
-    assert time.monotonic() - killed < LEASE_S + 2 + 2 + 1  # its failover, then the hold
+    with pytest.raises(NodeUnreachable) as failed:
+        await asyncio.wait_for(call, LEASE_S + 10)
+    waited = time.monotonic() - killed
+    assert "may have run" in str(failed.value) and "served at this node now" in \
+        str(failed.value), failed.value
+    assert LEASE_S * 0.5 < waited < LEASE_S + 2 + 1, waited  # until the shard moved
+    again = time.monotonic()
+    assert await t.get("Beat", name).hold(10) == "t"
+    assert time.monotonic() - again < 1.0
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "ended with 1 call(s) in flight" in said, said[-2000:]
