@@ -43,6 +43,7 @@ from alarmtop.core.ops.bulk import BulkParts, BulkService
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess
 from alarmtop.core.ops.execution_tools import ExecutionTools
 from alarmtop.core.ops.executions import Executions
+from alarmtop.core.ops.forwarded import AuditedCalls
 from alarmtop.core.ops.queries import Queries
 from alarmtop.core.ops.timers_board import TimersBoard
 from alarmtop.core.ops.tools import OperatorTools
@@ -165,7 +166,8 @@ class Runtime:
                                  self.clock, fleet.node_id, routing.held)
             self.node = FleetNode(fleet, routing, owned, self.host, self.scheduler,
                                    self.events, self.faults, self.tasks, self._state,
-                                   {"call": self.calls.serve, "operate": alarms.serve},
+                                   {"call": AuditedCalls(self.calls.serve, self.audit).serve,
+                                    "operate": alarms.serve},
                                    node_host=node_host)
             self._descriptors.reserve("the node listener's sockets", NODE_SOCKETS)
 

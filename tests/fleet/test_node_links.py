@@ -23,11 +23,14 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from alarmtop.core import DurableObject, PostgresBackend, Runtime, VirtualClock
+from alarmtop.core.durable import DurableContext, durable_execution
+from alarmtop.core.durable.errors import InvalidExecutionState
 from alarmtop.core.fleet import handshake
 from alarmtop.core.fleet.admission import MAX_PENDING
 from alarmtop.core.fleet.frames import MAX_MESSAGE_CHARS, MessageTooLarge
 from alarmtop.core.fleet.links import NodeClient
 from alarmtop.core.model.errors import InvalidArgument, NoAlarm, NodeUnreachable
+from alarmtop.core.model.operations import EXECUTION_CLASS
 from tests.fleet.conftest import (
     SHARDS,
     WAIT_S,
@@ -292,6 +295,36 @@ async def test_an_action_another_node_asked_for_is_audited_where_it_ran(
     await a.get("Counter", mine).arm(60_000)
     await a.rearm("Counter", mine)
     assert not [r for r in await a.audit.list(50) if r["target"] == f"Counter/{mine}"]
+
+
+@durable_execution(name="waits")
+async def waits(event: dict[str, str], ctx: DurableContext) -> str:
+    cb = await ctx.create_callback("approve")
+    return str(await cb.result())
+
+
+async def test_an_execution_action_another_node_asked_for_is_audited_where_it_ran(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    a, b = await two(node)
+    for rt in (a, b):
+        rt.register_execution(waits)
+    eid = name_on(b, cls=EXECUTION_CLASS, prefix="run")
+    await a.executions.start("waits", {}, execution_id=eid)
+    await clock.advance(1)
+    await a.executions.pause(eid, reason="look first", actor="ops-desk")
+    with pytest.raises(InvalidExecutionState):
+        await a.executions.retry_compensation(eid, actor="ops-desk")
+    rows = [r for r in await b.audit.list(50) if r["role"] == "node" and r["target"] == eid]
+    by_action = {r["action"]: r for r in rows}
+    assert set(by_action) == {"pause", "retry_compensation"}, rows
+    paused = by_action["pause"]
+    assert (paused["actor"], paused["ok"], paused["node"]) == ("node a", True, "b")
+    assert paused["detail"]["for"] == "ops-desk" and paused["detail"]["asked_by"] == "a"
+    refused = by_action["retry_compensation"]
+    assert not refused["ok"] and "InvalidExecutionState" in refused["detail"]["error"]
+    # The node the operator used audits it as it always did.
+    mine = [r for r in await a.audit.list(50) if r["role"] != "node" and r["target"] == eid]
+    assert {r["action"] for r in mine} == {"pause", "retry_compensation"}
 
 
 # -- TLS -------------------------------------------------------------------------------------
