@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from alarmtop.core.fleet.events import FleetEvents
-from alarmtop.core.fleet.node import FleetNode
+from alarmtop.core.fleet.node import NODE_SOCKETS, FleetNode
 from alarmtop.core.fleet.routing import FleetBackend, Routing
 from alarmtop.core.fleet.sockets import OwnedSockets
 from alarmtop.core.kernel.alarms.attempt import AlarmDispatcher
@@ -44,6 +44,7 @@ from alarmtop.core.ops.bulk import BulkParts, BulkService
 from alarmtop.core.ops.execution_access import Callbacks, ExecutionAccess
 from alarmtop.core.ops.execution_tools import ExecutionTools
 from alarmtop.core.ops.executions import Executions
+from alarmtop.core.ops.forwarded import AuditedCalls
 from alarmtop.core.ops.lambda_api import LambdaApi
 from alarmtop.core.ops.queries import Queries
 from alarmtop.core.ops.timers_board import TimersBoard
@@ -151,7 +152,7 @@ class Runtime:
 
         # -- the operator's tools ----------------------------------------------------------
         alarms = AlarmActions(self._classes, self.scheduler, self.host, routing, self.clock,
-                              self._state)
+                              self._state, self.audit)
         queries = Queries(self.backend, self._classes, self.scheduler, self.host, self._state)
         board = TimersBoard(self.operator_rows, self.backend.execution_log, self.clock,
                             self._state)
@@ -171,8 +172,10 @@ class Runtime:
                                  self.clock, fleet.node_id, routing.held)
             self.node = FleetNode(fleet, routing, owned, self.host, self.scheduler,
                                    self.events, self.faults, self.tasks, self._state,
-                                   {"call": self.calls.serve, "operate": alarms.serve},
+                                   {"call": AuditedCalls(self.calls.serve, self.audit).serve,
+                                    "operate": alarms.serve},
                                    node_host=node_host)
+            self._descriptors.reserve("the node listener's sockets", NODE_SOCKETS)
 
         # -- the public API, forwarded to the parts that implement it ----------------------
         self.get = self.calls.get

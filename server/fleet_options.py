@@ -4,12 +4,17 @@ The DSN comes from `--postgres` or `ALARMTOP_POSTGRES_DSN`, and its password
 should come from `PGPASSFILE` (or `~/.pgpass`), libpq's own way: a password in
 argv is visible to every local user in `ps`, so the server warns about one there,
 as it does about `--token`.
+
+Node links are refused in clear text off this machine: a `--node-host` that is
+not loopback needs `--node-tls-cert`/`--node-tls-key` (its links are then
+`wss://`), or `--insecure-no-tls`, as `--host` does.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -48,12 +53,17 @@ def redact(dsn: str) -> str:
 
 
 def make_backend(dsn: str, node_id: str | None, node_host: str, shards: int,
-                 lease_s: float) -> Any:
-    """A `PostgresBackend`; `InvalidArgument` (with what to do) when asyncpg is missing
-    or an option is out of range."""
+                 lease_s: float, *, node_tls_cert: Path | None = None,
+                 node_tls_key: Path | None = None, node_tls_ca: Path | None = None,
+                 insecure_no_tls: bool = False) -> Any:
+    """A `PostgresBackend`; `InvalidArgument` (with what to do) when asyncpg is missing,
+    an option is out of range, or `node_host` is off loopback without TLS (and without
+    `insecure_no_tls`)."""
     from alarmtop.core import PostgresBackend
     return PostgresBackend(dsn, node_id=node_id, shards=shards, lease_s=lease_s,
-                           node_host=node_host)
+                           node_host=node_host, node_tls_cert=node_tls_cert,
+                           node_tls_key=node_tls_key, node_tls_ca=node_tls_ca,
+                           node_insecure_no_tls=insecure_no_tls)
 
 
 def call_factory(factory: Any, data_dir: Any, backend: Any | None) -> Any:

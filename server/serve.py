@@ -237,8 +237,8 @@ async def _until_stopped(rt: Runtime, stop: asyncio.Event, demo: bool,
                          ready: asyncio.Event | None) -> None:
     driver = None
     if demo:
-        from alarmtop.examples.demo import drive_demo
-        driver = asyncio.create_task(drive_demo(rt))
+        from alarmtop.examples.demo import start_demo_driver
+        driver = start_demo_driver(rt)
     if ready is not None:
         ready.set()
     try:

@@ -158,13 +158,13 @@ async def stop_driver(driver: asyncio.Task[None]) -> None:
 
 async def _run_demo(data_dir: Path, duration: float | None,
                     cleanup: Callable[[], None] | None = None) -> None:
-    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.serve import RUNTIME_GRACE_S, leave_now
 
     rt = build_demo_runtime(data_dir)
     events = rt.events.subscribe()
     await rt.start()
-    driver = asyncio.create_task(drive_demo(rt))
+    driver = start_demo_driver(rt)
     try:
         async with asyncio.timeout(duration):
             async for event in events:
@@ -236,7 +236,7 @@ async def embedded(rt: Runtime, tokens: Tokens) -> AsyncIterator[OpsServer]:
 async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
                         cleanup: Callable[[], None] | None = None) -> None:
     """The demo runtime, its server on a free local port, and the console on it."""
-    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.auth import Tokens
     from alarmtop.server.serve import leave_now
     from alarmtop.tui.app import AlarmtopApp
@@ -245,7 +245,7 @@ async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
     rt = build_demo_runtime(data_dir)
     tokens = Tokens(secrets.token_urlsafe(16), secrets.token_urlsafe(16))
     async with embedded(rt, tokens) as server:
-        driver = asyncio.create_task(drive_demo(rt))
+        driver = start_demo_driver(rt)
         app = AlarmtopApp(WebSocketOpsClient(server.url, tokens.operator),
                           target=f"demo@127.0.0.1:{server.port}", read_only=read_only,
                           confirm_actions=confirm)
@@ -337,7 +337,8 @@ def build_serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", type=Path, help="certificate (PEM) to serve wss://")
     p.add_argument("--tls-key", type=Path, help="private key of --tls-cert")
     p.add_argument("--insecure-no-tls", action="store_true", help="serve a non-loopback "
-                   "--host without TLS (only behind something that encrypts, e.g. a VPN)")
+                   "--host or --node-host without TLS (only behind something that "
+                   "encrypts, e.g. a VPN)")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="a browser origin let in to the WebSocket routes, e.g. "
                    "https://ops.example.com (repeatable; none by default)")
@@ -355,7 +356,16 @@ def build_serve_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--node-id", metavar="NAME", help="this node's name in the fleet "
                        "(default host-pid; give a stable one so a restart takes its shards back)")
     fleet.add_argument("--node-host", default="127.0.0.1", metavar="HOST",
-                       help="address other nodes call this one on (default 127.0.0.1)")
+                       help="address other nodes call this one on (default 127.0.0.1; "
+                       "another one needs --node-tls-cert or --insecure-no-tls)")
+    fleet.add_argument("--node-tls-cert", type=Path, metavar="PATH",
+                       help="certificate (PEM) for node links (wss://); it must name "
+                       "--node-host")
+    fleet.add_argument("--node-tls-key", type=Path, metavar="PATH",
+                       help="private key of --node-tls-cert")
+    fleet.add_argument("--node-tls-ca", type=Path, metavar="PATH",
+                       help="certificates (PEM) this node trusts when it calls another "
+                       "(default: the system's and --node-tls-cert itself)")
     fleet.add_argument("--shards", type=shard_count, default=64,
                        help="shards objects hash to (default 64; fixed at the fleet's first "
                        "start)")
@@ -411,10 +421,16 @@ def serve_main(argv: list[str]) -> int:
         if args.postgres:
             if "--postgres" in argv and dsn_has_password(args.postgres):
                 print(DSN_ARGV_WARNING, file=sys.stderr)
+            if args.node_tls_cert is not None:
+                tls_context(args.node_tls_cert, args.node_tls_key)  # usable files, or say
             backend = make_backend(args.postgres, args.node_id, args.node_host, args.shards,
-                                   args.lease_s)
-        elif args.node_id:
-            raise ServeError("--node-id names a node of a fleet: give --postgres DSN (or set "
+                                   args.lease_s, node_tls_cert=args.node_tls_cert,
+                                   node_tls_key=args.node_tls_key,
+                                   node_tls_ca=args.node_tls_ca,
+                                   insecure_no_tls=args.insecure_no_tls)
+        elif args.node_id or args.node_tls_cert or args.node_tls_key or args.node_tls_ca:
+            given = "--node-id" if args.node_id else "--node-tls-*"
+            raise ServeError(f"{given} is for a node of a fleet: give --postgres DSN (or set "
                              "ALARMTOP_POSTGRES_DSN) too")
         if args.demo:
             from alarmtop.examples.demo import build_demo_runtime

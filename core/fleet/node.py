@@ -1,9 +1,10 @@
 """This runtime as a node of a fleet: the other nodes' calls, its shards, its events.
 
 On a shared backend (`PostgresBackend`) a runtime listens for node-to-node calls
-(`links.NodeServer`) before it takes any shard, and records where it listens. A
-forwarded call or operator action runs here only while this node holds the
-object's shard; a socket relayed from another node is kept by `OwnedSockets`.
+(`links.NodeServer`, `wss://` when the backend has a certificate) before it takes
+any shard, and records where it listens. A forwarded call or operator action runs
+here only while this node holds the object's shard, told which node asked for it;
+a socket relayed from another node is kept by `OwnedSockets`.
 When the backend gains or loses shard leases, the scheduler and the object host
 follow; a clean hand-over first lets the events in flight end.
 """
@@ -11,9 +12,12 @@ follow; a clean hand-over first lets the events in flight end.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from alarmtop.core.fleet import tls
+from alarmtop.core.fleet.admission import NODE_SOCKETS
 from alarmtop.core.fleet.events import EventRing, FleetEvents
 from alarmtop.core.fleet.links import NodeLink, NodeServer
 from alarmtop.core.fleet.routing import FleetBackend, Routing
@@ -25,12 +29,16 @@ from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.kernel.supervisor import Supervisor
 from alarmtop.core.model.errors import InvalidArgument, ShardMoved
+from alarmtop.core.model.node_tls import check_node_host
 
 ObjectKey = tuple[str, str]
 # What serves a forwarded request: given the request, and a check that this node
-# holds the object's shard (run it once the request is found valid).
+# holds the object's shard (run it once the request is found valid). The request's
+# `ASKED_BY` is the node that sent it, as its link proved it (never what it said).
 NodeHandler = Callable[[dict[str, Any], Callable[[ObjectKey], Awaitable[None]]], Awaitable[Any]]
+ASKED_BY = "asked_by"
 RING_IDLE_CHECK_S = 5.0
+__all__ = ["ASKED_BY", "NODE_SOCKETS", "FleetNode", "NodeHandler"]
 
 
 class FleetNode:
@@ -50,8 +58,11 @@ class FleetNode:
         self._tasks = tasks
         self._state = state
         self._handlers = dict(handlers)
-        self._node_host = node_host or getattr(backend, "node_host", None) or "127.0.0.1"
+        self._node_host = node_host or backend.node_host or "127.0.0.1"
+        # Refused here, before anything starts: calls in clear text off this machine.
+        check_node_host(self._node_host, backend.node_tls, backend.node_insecure_no_tls)
         self.server: NodeServer | None = None
+        self._client_tls: ssl.SSLContext | None = None  # checks wss:// peers (listen makes it)
         self.ring: EventRing | None = None  # this node's recent events, for other nodes
         # The ring is kept on wall time: a test's virtual clock must not wait for it.
         self._wall_tasks = Supervisor(None, "fleet node")
@@ -60,16 +71,20 @@ class FleetNode:
         """Listen for other nodes' calls (before the backend takes any shard), and tell
         the backend where, and whom to tell when its shards change."""
         backend = self.backend
+        # Both contexts now, before anything starts: unusable files stop the start here.
+        node_tls = backend.node_tls
+        server_tls = None if node_tls is None else tls.server_context(node_tls)
+        self._client_tls = None if node_tls is None else tls.client_context(node_tls)
         self.server = NodeServer(backend.node_id, lambda: backend.cluster_secret,
                                   self.serve, host=self._node_host,
-                                  link_closed=self.owned.link_lost)
+                                  link_closed=self.owned.link_lost, tls=server_tls)
         await self.server.start()
         backend.bind(self._shards_changed, self.server.address, self._drain_shards)
 
     async def join(self) -> None:
         """The backend is open: route through the fleet, share its faults, keep events
         for other nodes' consoles."""
-        self.routing.start(self.backend)
+        self.routing.start(self.backend, self._client_tls)
         await self.backend.share_faults(self._faults)
         self.ring = EventRing(self._events, asyncio.get_running_loop().time)
         self._wall_tasks.reopen()
@@ -112,7 +127,8 @@ class FleetNode:
                              "(starting) or any more (stopping); nothing ran here")
         self._state.check()
         if handler is not None:
-            return await handler(request, self.routing.held)
+            asked_by = None if link is None else link.node
+            return await handler({**request, ASKED_BY: asked_by}, self.routing.held)
         if op == "events":
             if self.ring is None:
                 return {"events": [], "last": 0, "missed": 0}

@@ -2,20 +2,30 @@
 
 One runtime on SQLite is its own fleet: every object is local. On a shared backend
 (`PostgresBackend`) each object's shard is leased by one node; the router finds
-it, and the runtime forwards the event there (`core/nodes.py`). An object whose
+it, and the runtime forwards the event there (`fleet/node.py`). An object whose
 shard has no live owner is claimed by the caller's node, or, when another node
 claims it first, reached there; either way within a bounded wait, else a clear
 error.
+
+A call whose owner cannot be reached, or no longer holds the shard, ran nowhere:
+it is asked again of the shard's owner as the database names it, until the lease
+of an owner that died runs out and another node takes the shard over. A call
+whose connection to the owner ended while it ran there (the owner died) may have
+run, up to its commit: it waits for the shard's next owner too, and then fails
+with `NodeUnreachable` saying so, rather than run a second time unasked (a call
+made then reaches the next owner at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
-from alarmtop.core.fleet.links import NodeClient
+from alarmtop.core.fleet.links import LinkLost, NodeClient
 from alarmtop.core.model.errors import NodeUnreachable, PeerDown, ShardMoved
+from alarmtop.core.model.node_tls import NodeTls
 
 ObjectKey = tuple[str, str]
 CLAIM_WAIT_S = 5.0
@@ -29,6 +39,9 @@ class FleetBackend(Protocol):
     cluster_secret: str
     lease_s: float
     drain_s: float  # how long a hand-over (or a clean stop) waits for what is in flight
+    node_host: str  # where it listens for other nodes' calls
+    node_tls: NodeTls | None  # its certificate for node links (None: ws://)
+    node_insecure_no_tls: bool  # told that something else encrypts its node links
 
     def bind(self, on_change: Any, address: str | None = None,
              drain: Any = None) -> None: ...
@@ -76,9 +89,11 @@ class Router:
 
 
 class FleetRouter(Router):
-    def __init__(self, backend: FleetBackend, wait_s: float = CLAIM_WAIT_S) -> None:
+    def __init__(self, backend: FleetBackend, wait_s: float = CLAIM_WAIT_S,
+                 tls: ssl.SSLContext | None = None) -> None:
         self._backend = backend
         self._wait_s = wait_s
+        self._tls = tls
         # A dead owner is found out only when its lease runs out: a call to it waits
         # that long (and a little) for the shard's next owner before giving up.
         self._failover_s = max(wait_s, backend.lease_s + 2.0)
@@ -95,17 +110,48 @@ class FleetRouter(Router):
                 if peer is None:
                     return await here()
                 return await there(peer)
+            except LinkLost as exc:
+                raise await self._lost_during(key, exc, deadline) from exc
             except (PeerDown, ShardMoved) as exc:
                 # Nothing ran: ask again who holds the shard, until its lease runs out
                 # and a live node (maybe this one) takes it over.
                 if loop.time() >= deadline:
                     raise NodeUnreachable(
-                        f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), and "
-                        f"no other node took the shard over within {self._failover_s:g} s; "
-                        "check the fleet's nodes (rt.nodes(), or the console's Nodes view)"
-                    ) from exc
+                        f"{key[0]}/{key[1]}: its shard's owner cannot be reached ({exc}), "
+                        f"and no other node took the shard over within "
+                        f"{self._failover_s:g} s; check the fleet's nodes (rt.nodes(), or "
+                        "the console's Nodes view)") from exc
                 fresh = True  # the owner as last seen is not it (any more)
                 await asyncio.sleep(0.1)
+
+    async def _lost_during(self, key: ObjectKey, lost: LinkLost,
+                           deadline: float) -> NodeUnreachable:
+        """The error of a call whose owner went away while it ran there, once the
+        shard's next owner holds it (or the wait for one ran out). The call is not made
+        again: it may have run up to its commit, and running it twice is the caller's
+        decision. A call made now reaches the next owner at once."""
+        loop = asyncio.get_running_loop()
+        name = f"{key[0]}/{key[1]}"
+        while True:
+            try:
+                peer = await self.peer(key, fresh=True)
+            except NodeUnreachable:
+                pass  # no live owner yet, and this node could not take the shard: wait on
+            else:
+                if peer is None or peer.address != lost.address:
+                    now_at = "this node" if peer is None else peer.address
+                    return NodeUnreachable(
+                        f"{name}: its owner at {lost.address} went away while the call ran "
+                        f"there; the call may have run, up to its commit, and was not made "
+                        f"again. The object is served at {now_at} now: call again if it "
+                        "is safe to run twice")
+            if loop.time() >= deadline:
+                return NodeUnreachable(
+                    f"{name}: its owner at {lost.address} went away while the call ran "
+                    f"there (the call may have run, up to its commit), and no other node "
+                    f"took the shard over within {self._failover_s:g} s; check the "
+                    "fleet's nodes (rt.nodes(), or the console's Nodes view)")
+            await asyncio.sleep(0.1)
 
     async def peer(self, key: ObjectKey, fresh: bool = False) -> NodeClient | None:
         backend = self._backend
@@ -134,7 +180,8 @@ class FleetRouter(Router):
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = NodeClient(address, self._backend.node_id,
-                                                         self._backend.cluster_secret)
+                                                         self._backend.cluster_secret,
+                                                         self._tls)
         return client
 
     async def close(self) -> None:
@@ -151,8 +198,9 @@ class Routing:
     def __init__(self) -> None:
         self.router: Router = Router()
 
-    def start(self, backend: FleetBackend) -> None:
-        self.router = FleetRouter(backend)
+    def start(self, backend: FleetBackend, tls: ssl.SSLContext | None = None) -> None:
+        """Route through the fleet; `tls` checks the certificates of `wss://` peers."""
+        self.router = FleetRouter(backend, tls=tls)
 
     async def stop(self) -> None:
         router, self.router = self.router, Router()

@@ -1,12 +1,14 @@
 """An operator's decisions about alarms: re-arm, fire now, clear a dead letter, pause,
 resume and snooze. Each is a record of the runtime database written without waking
-the object, on the node that holds the object's shard."""
+the object, on the node that holds the object's shard. One another node asked for is
+audited here too, naming that node: the node that changed the alarm says so itself."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from alarmtop.core.fleet.node import ASKED_BY
 from alarmtop.core.fleet.routing import Routing
 from alarmtop.core.kernel.alarms.scheduler import AlarmScheduler
 from alarmtop.core.kernel.objects.classes import ObjectClasses
@@ -17,23 +19,28 @@ from alarmtop.core.model import alarm_pause, alarm_policy
 from alarmtop.core.model.alarm_pause import check_snooze
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
 from alarmtop.core.model.alarm_status import AlarmStatus
-from alarmtop.core.model.errors import InvalidArgument, NoAlarm
+from alarmtop.core.model.errors import InvalidArgument, NoAlarm, NodeUnreachable
 from alarmtop.core.model.object_names import check_object_name
 from alarmtop.core.model.operations import EXECUTION_CLASS
 from alarmtop.core.model.serialization import alarm_time_ms
+from alarmtop.core.ops.audit import AuditLog
 from alarmtop.core.ports import Clock
 
 ObjectKey = tuple[str, str]
 ClassRef = type[DurableObject] | str
 HELD_ACTIONS = frozenset({"pause", "resume", "snooze"})  # taken with the object's turn
+# An action as the audit log names it (the operator's command of the same name).
+AUDIT_NAMES = {"re-arm": "rearm", "fire": "fire_now", "clear": "clear_dead_letter",
+               "pause": "pause_alarm", "resume": "resume_alarm", "snooze": "snooze_alarm"}
 
 
 class AlarmActions:
     """The operator's alarm actions (`runtime.rearm`, `fire_now`, `pause_alarm`...)."""
 
     def __init__(self, classes: ObjectClasses, scheduler: AlarmScheduler, host: ObjectHost,
-                 routing: Routing, clock: Clock, state: RunState) -> None:
+                 routing: Routing, clock: Clock, state: RunState, audit: AuditLog) -> None:
         self._classes = classes
+        self._audit = audit
         self._scheduler = scheduler
         self._host = host
         self._routing = routing
@@ -96,14 +103,38 @@ class AlarmActions:
 
     async def serve(self, request: dict[str, Any],
                     held: Callable[[ObjectKey], Awaitable[None]]) -> Any:
-        """An action another node forwarded here, where the alarm's shard is held."""
+        """An action another node forwarded here, where the alarm's shard is held: one
+        audit row here, whatever its outcome, naming the node that asked (an action
+        that did not run here because the shard is elsewhere is not one)."""
         cls, name, action = str(request["cls"]), str(request["name"]), str(request["action"])
         await held(self._key(cls, name))
         by_ms = request.get("by_ms")
-        status = await self.here(cls, name, action, request.get("at_ms"),
-                                 reason=request.get("reason"),
-                                 by_ms=None if by_ms is None else int(by_ms))
+        asked_by = str(request.get(ASKED_BY) or "?")
+        try:
+            status = await self.here(cls, name, action, request.get("at_ms"),
+                                     reason=request.get("reason"),
+                                     by_ms=None if by_ms is None else int(by_ms))
+        except NodeUnreachable:
+            raise  # not run here: the node that asked tries the shard's next owner
+        except Exception as exc:
+            await self._audit_forwarded(asked_by, cls, name, action, request, exc)
+            raise
+        await self._audit_forwarded(asked_by, cls, name, action, request, None)
         return status.to_dict()
+
+    async def _audit_forwarded(self, asked_by: str, cls: str, name: str, action: str,
+                               request: dict[str, Any], error: Exception | None) -> None:
+        detail: dict[str, Any] = {"outcome": "ok" if error is None else "failed",
+                                  "asked_by": asked_by}
+        if error is not None:
+            detail["error"] = f"{type(error).__name__}: {error}"
+        for field in ("at_ms", "by_ms"):
+            if request.get(field) is not None:
+                detail[field] = request[field]
+        reason = request.get("reason")
+        await self._audit.record(f"node {asked_by}", AUDIT_NAMES.get(action, action),
+                                 f"{cls}/{name}", None if reason is None else str(reason),
+                                 ok=error is None, role="node", detail=detail)
 
     async def here(self, cls: str, name: str, action: str, at_ms: int | None,
                    reason: str | None = None, by_ms: int | None = None) -> AlarmStatus:

@@ -773,8 +773,9 @@ async def watch_leases(rt: Runtime, record: Record) -> None:
     async def timed() -> None:
         # A round that starts past the lease its last one wrote: the others may have
         # taken this node's shards meanwhile (written before the round finds out).
-        age_ms = time.time_ns() // 1_000_000 - backend._renewed_ms
-        if backend._renewed_ms and age_ms > backend.lease_ms:
+        renewed = backend.renewed_at
+        age_ms = 0 if renewed is None else round((time.monotonic() - renewed) * 1000)
+        if renewed is not None and age_ms > backend.lease_ms:
             record.write(k="lease_late", age_ms=age_ms, t=wall_us())
         await keep()
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, PostgresBackend, Runtime, VirtualClock
+from alarmtop.core.fleet import handshake
 
 SHARDS = 8
 WAIT_S = 10.0
@@ -119,3 +120,13 @@ def name_on(rt: Runtime, cls: str = "Counter", prefix: str = "obj") -> str:
         if backend.shard_of((cls, name)) in backend.epochs:
             return name
     raise AssertionError(f"{backend.node_id} holds no shard")
+
+
+async def prove(conn: Any, secret: str, node: str, protocol: int | None = 2) -> str:
+    """The caller's side of a node link's handshake on a raw connection `conn`: answer
+    the listener's challenge with a proof of `secret`; the hello frame sent (for a
+    test that replays it). The listener's welcome, or its close, comes next."""
+    _, nonce = handshake.read_challenge(await asyncio.wait_for(conn.recv(), WAIT_S))
+    hello = handshake.hello(secret, nonce, node, protocol)
+    await conn.send(hello)
+    return hello

@@ -12,6 +12,11 @@ the tests as they need.
 Every handler run is written to LOG as JSON lines (node, object, what, edge
 start|end, wall time), with one unbuffered `write` each, so what a SIGKILLed node
 did before it died is still there for the test to read.
+
+`ALARMTOP_TEST_CLOCK_SKEW_S` (read here, by the tests only) sets this node's wall
+clock that many seconds off: `time.time()` and `time.time_ns()` of the whole
+process, as a machine whose clock is wrong. The log keeps the true time, so that
+the test compares the nodes on one clock.
 """
 
 from __future__ import annotations
@@ -29,10 +34,20 @@ from alarmtop.core import AlarmInfo, DurableObject, PostgresBackend, Runtime
 
 NODE = "?"
 LOG_FD: int | None = None
+SKEW_ENV = "ALARMTOP_TEST_CLOCK_SKEW_S"
+_true_time_ns = time.time_ns
 
 
 def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    """The true wall time (whatever skew this process was given)."""
+    return _true_time_ns() // 1_000_000
+
+
+def skew_clock(seconds: float) -> None:
+    """This process's wall clock, `seconds` off from now on."""
+    true_time, offset_ns = time.time, round(seconds * 1e9)
+    time.time = lambda: true_time() + seconds
+    time.time_ns = lambda: _true_time_ns() + offset_ns
 
 
 def note(obj: str, what: str, edge: str) -> None:
@@ -63,10 +78,12 @@ class Beat(DurableObject):
     async def slow_add(self, ms: int, n: int = 1) -> int:
         """Read, wait, then write: an event a pause can catch between the two (the log
         says when it has read, for a test that pauses it then)."""
+        note(self.ctx.id, "slow_add", "start")
         value = int(await self.ctx.storage.get("n") or 0) + n
         note(self.ctx.id, "slow_add", "read")
         await asyncio.sleep(ms / 1000)
         await self.ctx.storage.put("n", value)
+        note(self.ctx.id, "slow_add", "end")
         return value
 
     async def web_socket_connect(self, ws: Any, request: dict[str, Any]) -> None:
@@ -105,7 +122,8 @@ async def serve(rt: Runtime) -> None:
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     backend = rt.backend
     assert isinstance(backend, PostgresBackend)
-    print(json.dumps({"ready": NODE, "address": backend.address}), flush=True)
+    print(json.dumps({"ready": NODE, "address": backend.address,
+                      "skewed_ms": time.time_ns() // 1_000_000 - wall_ms()}), flush=True)
     tasks: set[asyncio.Task[None]] = set()
 
     async def run(cmd: dict[str, Any]) -> None:
@@ -139,6 +157,8 @@ async def main() -> None:
     ap.add_argument("--lease-s", type=float, default=1.5)
     ap.add_argument("--shards", type=int, default=8)
     args = ap.parse_args()
+    if os.environ.get(SKEW_ENV):
+        skew_clock(float(os.environ[SKEW_ENV]))
     NODE = args.node_id
     LOG_FD = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     rt = build(args.dsn, args.node_id, args.lease_s, args.shards)

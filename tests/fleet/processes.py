@@ -24,25 +24,39 @@ class Worker:
         self.node_id = node_id
         self.log = log
         self.address: str | None = None
+        self.skewed_ms = 0  # how far off its wall clock runs, as it said when ready
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, dsn: str, node_id: str, log: Path, lease_s: float,
-                    shards: int) -> Worker:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.fleet.node_worker", dsn, node_id, str(log),
-            "--lease-s", str(lease_s), "--shards", str(shards), cwd=ROOT,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                    shards: int, *, skew_s: float = 0.0,
+                    stderr: Path | None = None) -> Worker:
+        """A node process; `skew_s` sets its wall clock that far off; `stderr` keeps
+        what it logs."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if skew_s:
+            env["ALARMTOP_TEST_CLOCK_SKEW_S"] = str(skew_s)
+        err = None if stderr is None else stderr.open("ab")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tests.fleet.node_worker", dsn, node_id, str(log),
+                "--lease-s", str(lease_s), "--shards", str(shards), cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL if err is None else err, env=env)
+        finally:
+            if err is not None:
+                err.close()
         worker = cls(proc, node_id, log)
         assert proc.stdout is not None
         line = await asyncio.wait_for(proc.stdout.readline(), READY_S)
         if not line:
             raise RuntimeError(f"node {node_id} ended before it was ready "
                                f"(exit {await proc.wait()})")
-        worker.address = json.loads(line)["address"]
+        ready = json.loads(line)
+        worker.address = ready["address"]
+        worker.skewed_ms = int(ready.get("skewed_ms") or 0)
         worker._reader = asyncio.get_running_loop().create_task(worker._read())
         return worker
 

@@ -106,7 +106,16 @@ async def under_way(rt: Runtime, bid: str, done: int = 10) -> None:
 
 
 async def audit_rows(rt: Runtime, action: str) -> list[dict[str, Any]]:
-    return [r for r in await rt.audit.list(limit=100_000) if r["action"] == action]
+    """The batch's own rows of `action` (the ones the owners of its items wrote, naming
+    the node that asked, are `owner_rows`)."""
+    return [r for r in await rt.audit.list(limit=100_000)
+            if r["action"] == action and r["role"] != "node"]
+
+
+async def owner_rows(rt: Runtime, action: str) -> list[dict[str, Any]]:
+    """The rows each owner wrote of an item another node asked it to run."""
+    return [r for r in await rt.audit.list(limit=100_000)
+            if r["action"] == action and r["role"] == "node"]
 
 
 def objects(events: list[Any], kind: str) -> list[str]:
@@ -148,6 +157,10 @@ async def test_a_rearm_started_on_one_node_rearms_the_other_nodes_dead_letters_t
     assert all(r["ok"] and r["detail"] == {"batch_id": bid, "outcome": "ok"}
                and r["reason"] == "fixed it" for r in items)
     assert {r["node"] for r in items} == {"a"}  # written by the node that ran the batch
+    # And each item run on b is b's own row too, naming a as the node that asked.
+    owned = await owner_rows(a, "rearm")
+    assert sorted(r["target"] for r in owned) == sorted(f"Counter/{n}" for n in on_b)
+    assert all(r["node"] == "b" and r["actor"] == "node a" and r["ok"] for r in owned)
     (whole,) = await audit_rows(b, "bulk_rearm")
     assert (whole["target"], whole["node"], whole["ok"]) == (bid, "a", True)
     assert (whole["detail"]["done"], whole["detail"]["failed"]) == (200, 0)

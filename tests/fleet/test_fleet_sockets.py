@@ -21,7 +21,15 @@ from alarmtop.core.model.errors import InvalidArgument, UnknownSocket
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
 from alarmtop.server.objects import ObjectSocketLimits
-from tests.fleet.conftest import Counter, NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import (
+    Counter,
+    NodeFactory,
+    backend_of,
+    balance,
+    name_on,
+    prove,
+    until,
+)
 
 WAIT_S = 10.0
 
@@ -363,14 +371,13 @@ async def test_a_node_refuses_a_protocol_it_does_not_speak(node: NodeFactory) ->
     backend = backend_of(b)
     assert backend.address is not None
     async with connect(backend.address) as conn:
-        await conn.send(json.dumps({"op": "hello", "secret": backend.cluster_secret,
-                                    "node": "future", "protocol": 99}))
+        await prove(conn, backend.cluster_secret, "future", 99)
         code, reason = await closed_with(conn)
         assert code == 1008 and reason is not None and "protocol 99" in reason
     # A node of protocol 1 (no protocol in its hello) may call, but has no sockets.
     async with connect(backend.address) as conn:
-        await conn.send(json.dumps({"op": "hello", "secret": backend.cluster_secret,
-                                    "node": "old"}))
+        await prove(conn, backend.cluster_secret, "old", None)
+        assert json.loads(await recv(conn))["op"] == "welcome"
         await conn.send(json.dumps({"id": 1, "op": "socket_message", "socket": "r",
                                     "text": "x"}))
         reply = json.loads(await recv(conn))

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from alarmtop.core import PostgresBackend, Runtime
+from alarmtop.core.errors import NodeUnreachable
 from tests.fleet import node_worker
 from tests.fleet.conftest import until
 from tests.fleet.processes import Worker
@@ -51,8 +52,11 @@ async def fleet(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
                                               LEASE_S, SHARDS))
 
         async def balanced() -> bool:
+            # Settled: every node holds at most its share, and all shards are held, so
+            # no hand-over is still to come (a test's objects stay where it found them).
             held = {n["node_id"]: n["shards"] for n in await rt.nodes() if n["up"]}
-            return len(held) == n + 1 and min(held.values()) >= SHARDS // (n + 1)
+            return len(held) == n + 1 and sum(held.values()) == SHARDS and \
+                max(held.values()) <= -(-SHARDS // (n + 1))
         await until(balanced, within=20, what="every node holding its share")
         return rt, workers
 
@@ -67,9 +71,10 @@ async def fleet(pg_dsn: str, tmp_path: Path) -> AsyncIterator[Fleet]:
 
 
 async def owner(rt: Runtime, name: str) -> str | None:
+    """The object's owner as the shard's row says now (not as `rt` last saw it)."""
     backend = rt.backend
     assert isinstance(backend, PostgresBackend)
-    return (await backend.owner_of(("Beat", name)))[0]
+    return (await backend.owner_of(("Beat", name), fresh=True))[0]
 
 
 async def names_on(rt: Runtime, node: str, count: int, prefix: str = "b") -> list[str]:
@@ -198,3 +203,32 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
     assert resumed_ms > stopped_ms
     ups = {n["node_id"]: n["up"] for n in await t.nodes()}
     assert ups == {"t": True, "w1": True, "w2": True}
+
+
+async def test_a_call_in_flight_to_an_owner_that_dies_waits_for_the_new_owner(
+        fleet: Fleet, caplog: pytest.LogCaptureFixture) -> None:
+    """The owner is SIGKILLed while a call runs there: the call waits for the node that
+    takes the shard over (here, once the lease ran out) and then fails saying it may
+    have run, rather than run twice unasked; the link's end is logged; a call made then
+    runs on the new owner at once."""
+    t, (w1,) = await fleet(1)
+    name = (await names_on(t, "w1", 1, "inflight"))[0]
+    call = asyncio.get_running_loop().create_task(t.get("Beat", name).hold(2_000))
+
+    async def running_on_w1() -> bool:
+        return any(x["object"] == name and x["edge"] == "start" for x in w1.lines())
+    await until(running_on_w1, what="the call running on w1")
+    w1.signal(signal.SIGKILL)
+    await w1.proc.wait()
+    killed = time.monotonic()
+    with pytest.raises(NodeUnreachable) as failed:
+        await asyncio.wait_for(call, LEASE_S + 10)
+    waited = time.monotonic() - killed
+    assert "may have run" in str(failed.value) and "served at this node now" in \
+        str(failed.value), failed.value
+    assert LEASE_S * 0.5 < waited < LEASE_S + 2 + 1, waited  # until the shard moved
+    again = time.monotonic()
+    assert await t.get("Beat", name).hold(10) == "t"
+    assert time.monotonic() - again < 1.0
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "ended with 1 call(s) in flight" in said, said[-2000:]

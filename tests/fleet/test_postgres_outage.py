@@ -1,6 +1,7 @@
 """A node that loses PostgreSQL for a few seconds: it stops running events, says why,
-and recovers without losing anything. Its own throwaway server, stopped and started
-under it (the session's shared one stays up for the other tests)."""
+and recovers without losing anything; the demo's traffic goes on after it. Its own
+throwaway server, stopped and started under it (the session's shared one stays up
+for the other tests)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from alarmtop.core import PostgresBackend
 from alarmtop.core.model.errors import AlarmtopError
+from alarmtop.examples.click_counter import ClickCounter
+from alarmtop.examples.demo import COUNTERS, build_demo_runtime, start_demo_driver
 from tests import pg
 from tests.fleet import node_worker
 from tests.fleet.conftest import until
@@ -75,3 +79,39 @@ async def test_a_node_without_postgresql_stops_says_why_and_recovers(
         await rt.stop()
         os.close(node_worker.LOG_FD)
         node_worker.LOG_FD = None
+
+
+async def test_the_demo_traffic_outlives_an_outage(own_cluster: pg.Cluster, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The demo's driver on a node whose PostgreSQL goes away: its ticks fail, each
+    failure is logged, and once the server is back its traffic goes on."""
+    caplog.set_level(logging.WARNING, logger="alarmtop")
+    rt = build_demo_runtime(tmp_path, backend=PostgresBackend(own_cluster.dsn, node_id="d",
+                                                              shards=4, lease_s=LEASE_S))
+    await rt.start()
+    driver = start_demo_driver(rt, tick_s=0.05)
+
+    async def clicks() -> int:
+        try:
+            totals = [await rt.get(ClickCounter, c).totals() for c in COUNTERS]
+        except AlarmtopError:
+            return -1
+        return sum(t["pending"] + t["flushed"] for t in totals)
+    try:
+        await until(lambda: _above(clicks, 0), within=20, what="the demo's first clicks")
+        await asyncio.get_running_loop().run_in_executor(None, own_cluster.stop, "immediate")
+        await until(lambda: "demo traffic: a tick failed" in caplog.text, within=20,
+                    what="a failed tick logged")
+        await asyncio.get_running_loop().run_in_executor(None, own_cluster.start)
+        await until(lambda: _above(clicks, 0), within=20, what="PostgreSQL back")
+        after = await clicks()
+        await until(lambda: _above(clicks, after), within=20, what="the demo's clicks again")
+        assert not driver.done()
+    finally:
+        driver.cancel()
+        await asyncio.gather(driver, return_exceptions=True)
+        await rt.stop()
+
+
+async def _above(count: Callable[[], Awaitable[int]], floor: int) -> bool:
+    return await count() > floor

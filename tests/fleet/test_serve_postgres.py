@@ -15,6 +15,7 @@ import pytest
 from websockets.sync.client import connect
 
 from alarmtop.server.fleet_options import dsn_has_password, redact
+from tests.fleet.test_node_links import make_cert
 from tests.tui.test_cli_mistakes import alarmtop, assert_clear, env_without_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,13 +23,14 @@ RUN_S = 60.0
 SERVING = re.compile(r"serving (ws://127\.0\.0\.1:\d+/ops)")
 
 
-def start_node(dsn: str, data: Path, node_id: str, log: Path) -> subprocess.Popen[str]:
+def start_node(dsn: str, data: Path, node_id: str, log: Path,
+               *more: str) -> subprocess.Popen[str]:
     """A demo node, its DSN from the environment (nothing secret in argv)."""
     with log.open("w") as err:
         return subprocess.Popen(
             [sys.executable, "-c", "import sys; from alarmtop.tui.cli import main; "
              "sys.exit(main())", "serve", "--demo", "--data-dir", str(data), "--port", "0",
-             "--node-id", node_id, "--lease-s", "2"],
+             "--node-id", node_id, "--lease-s", "2", *more],
             cwd=ROOT, env=env_without_tokens(ALARMTOP_POSTGRES_DSN=dsn),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, text=True)
 
@@ -144,10 +146,61 @@ def test_a_password_in_argv_is_warned_about(tmp_path: Path) -> None:
     (["--postgres", "x", "--lease-s", "-1"], ["--lease-s", "seconds > 0"]),
     (["--postgres", "x", "--node-id", ""], ["node id", "printable", "not ''"]),
     (["--postgres", "x", "--node-id", "node a"], ["node id", "without spaces", "'node a'"]),
+    (["--postgres", "x", "--node-host", "10.1.2.3"], ["node host 10.1.2.3", "clear text",
+                                                      "--node-tls-cert", "--insecure-no-tls"]),
+    (["--postgres", "x", "--node-host", "0.0.0.0"], ["node host 0.0.0.0", "clear text"]),
+    (["--postgres", "x", "--node-tls-key", "k.pem"], ["TLS key needs its certificate"]),
+    (["--postgres", "x", "--node-tls-cert", "missing.pem"], ["missing.pem", "does not exist"]),
+    (["--node-tls-cert", "c.pem"], ["--node-tls-*", "--postgres"]),
 ])
 def test_fleet_command_line_mistakes(tmp_path: Path, args: list[str], words: list[str]) -> None:
     outcome = alarmtop("serve", "--demo", "--data-dir", str(tmp_path / "d"), *args)
     assert_clear(outcome, 2, *words)
+
+
+def test_two_serve_nodes_call_each_other_over_tls(pg_dsn: str, tmp_path: Path) -> None:
+    """With --node-tls-cert/--node-tls-key the nodes' links are wss://: both demos'
+    traffic (objects spread over both nodes) and an operator's re-arm cross them."""
+    cert, key = make_cert(tmp_path)
+    tls = ["--node-tls-cert", str(cert), "--node-tls-key", str(key)]
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        urls = []
+        for name in ("a", "b"):
+            log = tmp_path / f"{name}.log"
+            procs.append(start_node(pg_dsn, tmp_path / name, name, log, *tls))
+            urls.append(wait_serving(log, procs[-1]))
+        token = (tmp_path / "b" / "operator.token").read_text().strip()
+        deadline = time.monotonic() + RUN_S
+        while True:
+            rows = ask(urls[1], token, {"op": "nodes"})["data"]["rows"]  # type: ignore[index]
+            if (all(r["up"] and r["shards"] for r in rows) and len(rows) == 2) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert len(rows) == 2 and all(r["up"] and r["shards"] for r in rows), rows
+        assert all(str(r["address"]).startswith("wss://127.0.0.1:") for r in rows), rows
+        at_ms = int(time.time() * 1000) + 3_600_000
+        while True:
+            answer = ask(urls[1], token, {"op": "rearm", "object": "Flaky/payments-0",
+                                          "at_ms": at_ms, "reason": "test"})
+            if answer.get("ok") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer.get("ok"), answer
+        time.sleep(2.0)  # the demos' traffic, over the nodes' links
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        codes = [proc.wait(timeout=RUN_S) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    logs = [(tmp_path / f"{n}.log").read_text() for n in ("a", "b")]
+    assert codes == [0, 0], logs
+    assert all("Traceback" not in text and "tick failed" not in text and "refused" not in
+               text for text in logs), logs
 
 
 def test_an_app_factory_must_take_the_backend(tmp_path: Path) -> None:

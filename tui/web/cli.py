@@ -151,7 +151,7 @@ async def serve_demo(data_dir: Path, sock: socket.socket, args: argparse.Namespa
     """The demo runtime and its ops server in this process, and the web console on it.
     Its tokens are the environment's, else those saved under `data_dir` (made and saved
     there on first start), like `alarmtop serve`'s."""
-    from alarmtop.examples.demo import build_demo_runtime, drive_demo
+    from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.auth import read_tokens, save_tokens
     from alarmtop.tui.cli import embedded, stop_driver
 
@@ -162,7 +162,7 @@ async def serve_demo(data_dir: Path, sock: socket.socket, args: argparse.Namespa
     rt = build_demo_runtime(data_dir)
     async with embedded(rt, tokens) as server:
         save_tokens(tokens, new, data_dir)
-        driver = asyncio.create_task(drive_demo(rt))
+        driver = start_demo_driver(rt)
         try:
             await serve_web(server.url, f"demo@127.0.0.1:{server.port}", sock, args,
                             f": the operator's is {operator_token_source(data_dir)}")

@@ -16,18 +16,19 @@ import logging
 import os
 import secrets
 import socket
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
+from alarmtop.core.model.node_tls import NodeTls, check_node_host
 from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
+from alarmtop.core.storage.postgres.lease_clock import NOW_MS, LocalDeadlines, db_now_ms, local_now
 from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
@@ -60,10 +61,6 @@ _CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
 # A shard held with the epoch this node holds it by ($2 the shards, $3 their epochs):
 # a release never touches a lease another process took under the same node id.
 _HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))"
-def wall_ms() -> int:
-    """Leases are between processes, so they run on the wall clock (not the runtime's
-    clock, which may be a test's virtual one)."""
-    return time.time_ns() // 1_000_000
 
 
 def shard_of(key: ObjectKey, shards: int) -> int:
@@ -110,11 +107,24 @@ class PostgresBackend(BackendStores):
         pool_size: connections for reads and object events.
         node_host: the address this node listens on for other nodes' calls (a free
             port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
+            Off loopback it needs TLS (or `node_insecure_no_tls`).
+        node_tls_cert, node_tls_key: this node's certificate and key (PEM): its node
+            links are then `wss://`, and the certificate must name `node_host`.
+        node_tls_ca: what this node trusts when it calls another on `wss://` (default:
+            the system's authorities and its own certificate).
+        node_insecure_no_tls: listen off loopback without TLS (only where something
+            else encrypts the traffic, e.g. a VPN). The cluster secret never crosses
+            the wire either way.
+
+    Leases are timed by PostgreSQL's clock, never a node's (`lease_clock`).
     """
 
     def __init__(self, dsn: str, node_id: str | None = None, shards: int = 64,
                  lease_s: float = 10.0, *, pool_size: int = DEFAULT_POOL,
-                 node_host: str = "127.0.0.1") -> None:
+                 node_host: str = "127.0.0.1", node_tls_cert: str | os.PathLike[str] | None = None,
+                 node_tls_key: str | os.PathLike[str] | None = None,
+                 node_tls_ca: str | os.PathLike[str] | None = None,
+                 node_insecure_no_tls: bool = False) -> None:
         _asyncpg()  # a missing extra says so before anything starts
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
@@ -132,12 +142,15 @@ class PostgresBackend(BackendStores):
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
         self.node_host = node_host
+        self.node_tls = NodeTls.of(node_tls_cert, node_tls_key, node_tls_ca)
+        self.node_insecure_no_tls = bool(node_insecure_no_tls)
+        check_node_host(node_host, self.node_tls, self.node_insecure_no_tls)
         self._pool: asyncpg.Pool | None = None
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
-        # Until when (wall ms) each held lease runs, as this node last wrote it: past
-        # it (less a margin), other nodes may claim the shard, so this one runs nothing
-        # of it until a renewal lands.
-        self._valid_until: dict[int, int] = {}
+        # Until when (this node's monotonic clock) each held lease surely runs: past it
+        # (less a margin), other nodes may claim the shard, so this one runs nothing of
+        # it until a renewal lands (it lapses here).
+        self._deadlines = LocalDeadlines(self.lease_s)
         self.leaving: set[int] = set()  # being handed over: no new event of them runs
         self.drain_s = 2.0  # how long a hand-over waits for the events in flight
         self._drain: Callable[[set[int]], Awaitable[None]] | None = None
@@ -149,12 +162,13 @@ class PostgresBackend(BackendStores):
         # started with the same node id is told apart by it.
         self.incarnation = secrets.token_hex(8)
         self.displaced = False  # another process took this node id over: it runs nothing
-        # Who held each shard, and until when, as this node's last lease round read them
-        # (its own claims included), and where each node is reached: `owner_of` answers
-        # from them, so a call forwarded to another node costs no query of its own.
-        self._owners: dict[int, tuple[str | None, int]] = {}
+        # Who held each shard, and until when (this node's monotonic clock), as its last
+        # lease round read them (its own claims included), and where each node is
+        # reached: `owner_of` answers from them, so a call forwarded to another node
+        # costs no query of its own.
+        self._owners: dict[int, tuple[str | None, float]] = {}
         self._addresses: dict[str, str | None] = {}
-        self._renewed_ms = 0
+        self.renewed_at: float | None = None  # when the last round that landed began
         self._claims = 0
         self._faults: PgFaultStore | None = None
         self._rounds = 0
@@ -203,7 +217,7 @@ class PostgresBackend(BackendStores):
                 await check_shards(conn, self.shards)
                 self.cluster_secret = await cluster_secret(conn)
                 await check_node_id(conn, self.node_id, self.incarnation, self.address,
-                                    self.lease_ms, wall_ms())
+                                    self.lease_ms, await db_now_ms(conn))
             await self.keep_leases_once()
             await self._db.open()
         except BaseException:
@@ -211,6 +225,7 @@ class PostgresBackend(BackendStores):
             self._pool = None
             raise
         self._tasks.spawn(self._keep_leases(), name="pg-leases")
+        self._tasks.spawn(self._watch_deadlines(), name="pg-lease-deadlines")
 
     def bind(self, on_change: ShardListener, address: str | None = None,
              drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
@@ -253,9 +268,9 @@ class PostgresBackend(BackendStores):
                     await conn.execute(f"UPDATE {SCHEMA}.shards SET owner = NULL, expires_ms = 0 "
                                        f"WHERE owner = $1 AND {_HELD_EPOCHS}", self.node_id,
                                        held, [epochs[s] for s in held])
-                    await conn.execute(f"UPDATE {SCHEMA}.nodes SET stopped_ms = $2 WHERE "
-                                       "node_id = $1 AND incarnation = $3", self.node_id,
-                                       wall_ms(), self.incarnation)
+                    await conn.execute(f"UPDATE {SCHEMA}.nodes SET stopped_ms = {NOW_MS} "
+                                       "WHERE node_id = $1 AND incarnation = $2", self.node_id,
+                                       self.incarnation)
             except Exception:  # the next owner waits for the leases to run out instead
                 pass
             try:
@@ -263,7 +278,7 @@ class PostgresBackend(BackendStores):
             except (TimeoutError, Exception):
                 pool.terminate()
         self.epochs.clear()
-        self._valid_until.clear()
+        self._deadlines.clear()
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
                           intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
@@ -288,18 +303,24 @@ class PostgresBackend(BackendStores):
             await asyncio.sleep(self.lease_s / 3)
             try:
                 await self.keep_leases_once()
-            except Exception as exc:  # PostgreSQL away: the leases run out, others take over
-                log.warning("node %s could not renew its shard leases: %s", self.node_id, exc)
-                self._lose_expired()
+            except Exception as exc:  # PostgreSQL away: the leases lapse, others take over
+                why = str(exc) or f"no answer within {self.lease_s:g} s"
+                log.warning("node %s could not renew its shard leases: %s", self.node_id, why)
 
-    def _lose_expired(self) -> None:
-        """Without PostgreSQL a node cannot know it still holds its shards once their
-        leases ran out: it stops running them (its writes would not land anyway)."""
-        if wall_ms() > self._renewed_ms + self.lease_ms:
-            lost = set(self.epochs)
-            if lost:
-                self.epochs, self._valid_until = {}, {}
-                self._changed(set(), lost)
+    async def _watch_deadlines(self) -> None:
+        """Stop running a shard before its lease can have run out anywhere, when no
+        renewal landed in time (PostgreSQL unreachable or slow, this process paused):
+        the scheduler and the objects let go of it at once, not at the next round."""
+        while True:
+            due = self._deadlines.next_lapse()
+            wait = self.lease_s / 3 if due is None else max(0.0, due - local_now())
+            await asyncio.sleep(min(wait, self.lease_s / 3))
+            lapsed = self._deadlines.lapse() & set(self.epochs)
+            if lapsed:
+                log.warning("node %s could not renew its leases of shard(s) %s in time: it "
+                            "runs nothing of them until a renewal lands (another node may "
+                            "take them over meanwhile)", self.node_id, sorted(lapsed))
+                self._changed(set(), lapsed)
 
     @property
     def lease_ms(self) -> int:
@@ -307,14 +328,17 @@ class PostgresBackend(BackendStores):
 
     async def keep_leases_once(self) -> None:
         """One round: heartbeat, renew what is held, claim or hand over toward the fair
-        share. The keeper runs it on the wall clock: leases are between processes."""
-        now = wall_ms()
-        until = now + self.lease_ms
+        share. Its times are the database's (`lease_clock`)."""
         if self.displaced:
             return
+        started = local_now()  # before any statement: what they write ends later
         pool = self._require_pool()
-        async with pool.acquire() as conn:
+        # A round that waits longer than a lease (for a connection, or on a row another
+        # node's transaction holds) gives up: what it would renew has lapsed by then.
+        async with pool.acquire(timeout=self.lease_s) as conn:
             async with conn.transaction():
+                now = await db_now_ms(conn, timeout_ms=self.lease_ms)
+                until = now + self.lease_ms
                 # The node's row is this process's from its first round on (`open`
                 # checked that no other process answers as this node); at a later
                 # round, a row another process wrote means it took the node id over.
@@ -354,13 +378,17 @@ class PostgresBackend(BackendStores):
                         f"{_CLAIMABLE_IN_ROUND} RETURNING shard, epoch", self.node_id, until,
                         decided.claim, now, live)
                     claimed = {int(r[0]): int(r[1]) for r in got}
-        self._owners = {r.shard: (r.owner, r.expires_ms) for r in rows}
-        self._owners.update(dict.fromkeys({**still, **claimed}, (self.node_id, until)))
+        # Another node's lease as seen from here ends no later than it does there.
+        self._owners = {r.shard: (r.owner, started + (r.expires_ms - now) / 1000)
+                        for r in rows}
+        self._owners.update(dict.fromkeys({**still, **claimed},
+                                          (self.node_id, started + self.lease_s)))
         self._addresses = {n.node_id: n.address for n in nodes}
-        before = set(self.epochs)
+        # A lapsed shard renewed now is gained again: the scheduler takes it back.
+        before = set(self.epochs) - self._deadlines.lapsed
         self.epochs = {**still, **claimed}
-        self._valid_until = dict.fromkeys(self.epochs, until)
-        self._renewed_ms = now
+        self._deadlines.set_all(self.epochs, started)
+        self.renewed_at = started
         self._rounds += 1
         self.nodes_seen = nodes
         after = set(self.epochs)
@@ -378,8 +406,9 @@ class PostgresBackend(BackendStores):
         log.error("another process now runs as node %s (it answers at %s): this one holds "
                   "no shards any more and claims none. Stop it, or restart it with a node "
                   "id of its own", self.node_id, address or "an unknown address")
-        lost = set(self.epochs)
-        self.epochs, self._valid_until = {}, {}
+        lost = set(self.epochs) - self._deadlines.lapsed
+        self.epochs = {}
+        self._deadlines.clear()
         if lost:
             self._changed(set(), lost)
 
@@ -405,25 +434,34 @@ class PostgresBackend(BackendStores):
                 except TimeoutError:  # what is still running is fenced out at its commit
                     log.warning("node %s hands over shards %s with events still running: "
                                 "their writes will be refused", self.node_id, sorted(leaving))
-            now = wall_ms()
             async with self._require_pool().acquire() as conn:
                 release = sorted(s for s in leaving if s in self.epochs)
                 await conn.execute(
-                    f"UPDATE {SCHEMA}.shards SET owner = NULL, offered_to = $4, expires_ms = $5 "
-                    f"WHERE owner = $1 AND {_HELD_EPOCHS}", self.node_id, release,
-                    [self.epochs[s] for s in release], to,
-                    now + (self.lease_ms if to is not None else 0))
+                    f"UPDATE {SCHEMA}.shards SET owner = NULL, offered_to = $4, "
+                    f"expires_ms = {NOW_MS} + $5 WHERE owner = $1 AND {_HELD_EPOCHS}",
+                    self.node_id, release, [self.epochs[s] for s in release], to,
+                    self.lease_ms if to is not None else 0)
         finally:
             self.leaving -= leaving
+            lapsed = leaving & self._deadlines.lapsed  # let go of already
             for shard in leaving:
                 self.epochs.pop(shard, None)
-                self._valid_until.pop(shard, None)
-        self._changed(set(), leaving)
+            self._deadlines.forget(leaving)
+        if leaving - lapsed:
+            self._changed(set(), leaving - lapsed)
 
     async def claim_now(self, shard: int) -> bool:
-        """Claim a shard that has no live owner, for a call that needs it now."""
-        now = wall_ms()
+        """Claim a shard that has no live owner, for a call that needs it now.
+
+        Only while this node is live itself: the others take the shards of a node whose
+        heartbeat (its last lease round) is a lease old, whatever their leases say. So
+        what it claims runs here until that heartbeat's lease ends, no longer."""
+        alive_since = self.renewed_at
+        if alive_since is None or local_now() >= alive_since + self.lease_s - \
+                self._deadlines.margin_s:
+            return False
         async with self._require_pool().acquire() as conn:
+            now = await db_now_ms(conn)
             rows = await conn.fetch(
                 f"SELECT node_id, address, renewed_ms, stopped_ms FROM {SCHEMA}.nodes")
             live = leases.live_nodes([leases.NodeRow(r[0], r[1], int(r[2]), r[3]) for r in rows],
@@ -435,15 +473,9 @@ class PostgresBackend(BackendStores):
         if row is None:
             return False
         self.epochs[shard] = int(row[0])
-        self._valid_until[shard] = now + self.lease_ms
+        self._deadlines.renewed([shard], alive_since)
         self._changed({shard}, set())
         return True
-
-    @property
-    def _margin_ms(self) -> int:
-        # Clocks of two machines disagree a little, and an event takes a moment to
-        # reach its commit: stop running a shard a bit before its lease runs out.
-        return min(1000, self.lease_ms // 5)
 
     def may_run(self, key: ObjectKey) -> bool:
         """Whether this node may run an event of the object now: it holds the shard
@@ -451,9 +483,8 @@ class PostgresBackend(BackendStores):
         paused, or could not reach PostgreSQL to renew, runs nothing of a shard whose
         lease may already be another node's; its writes would be fenced out anyway."""
         shard = self.shard_of(key)
-        until = self._valid_until.get(shard)
-        return until is not None and shard not in self.leaving and shard in self.epochs \
-            and wall_ms() < until - self._margin_ms
+        return shard not in self.leaving and shard in self.epochs and \
+            self._deadlines.may_run(shard)
 
     async def owner_of(self, key: ObjectKey, fresh: bool = False
                        ) -> tuple[str | None, str | None]:
@@ -464,27 +495,28 @@ class PostgresBackend(BackendStores):
         shard = self.shard_of(key)
         if self.may_run(key):
             return self.node_id, self.address
-        now = wall_ms()
-        owner, until = self._owners.get(shard, (None, 0))
-        if not fresh and owner is not None and owner != self.node_id and until > now:
+        started = local_now()
+        owner, until = self._owners.get(shard, (None, 0.0))
+        if not fresh and owner is not None and owner != self.node_id and until > started:
             address = self._addresses.get(owner)
             if address:
                 return owner, address
         async with self._require_pool().acquire() as conn:
             row = await conn.fetchrow(
-                f"SELECT s.owner, n.address, s.expires_ms FROM {SCHEMA}.shards s LEFT JOIN "
-                f"{SCHEMA}.nodes n ON n.node_id = s.owner WHERE s.shard = $1", shard)
-        if row is None or row[0] is None or int(row[2]) <= now:
-            self._owners[shard] = (None, 0)
+                f"SELECT s.owner, n.address, s.expires_ms - {NOW_MS} FROM {SCHEMA}.shards s "
+                f"LEFT JOIN {SCHEMA}.nodes n ON n.node_id = s.owner WHERE s.shard = $1", shard)
+        if row is None or row[0] is None or int(row[2]) <= 0:
+            self._owners[shard] = (None, 0.0)
             return None, None
-        self._owners[shard] = (str(row[0]), int(row[2]))
+        self._owners[shard] = (str(row[0]), started + int(row[2]) / 1000)
         self._addresses[str(row[0])] = row[1]
         return str(row[0]), row[1]
 
     async def nodes(self) -> list[dict[str, Any]]:
-        """Every node the fleet has seen: id, address, shards held, last renewal, up."""
-        now = wall_ms()
+        """Every node the fleet has seen: id, address, shards held, last renewal, up
+        (the times are the database's)."""
         async with self._require_pool().acquire() as conn:
+            now = await db_now_ms(conn)
             rows = await conn.fetch(
                 f"SELECT n.node_id, n.address, n.started_ms, n.renewed_ms, n.stopped_ms, "
                 f"(SELECT count(*) FROM {SCHEMA}.shards s WHERE s.owner = n.node_id AND "
@@ -540,4 +572,5 @@ class PostgresBackend(BackendStores):
         return wanted, [self.epochs.get(s, -1) for s in wanted], self.node_id
 
     def owned_shards(self) -> Sequence[int]:
-        return sorted(self.epochs)
+        """The shards this node runs (held, and not lapsed)."""
+        return sorted(s for s in self.epochs if s not in self._deadlines.lapsed)
