@@ -59,9 +59,10 @@ from alarmtop.server.guard import (
 )
 from alarmtop.server.metrics import Metrics
 from alarmtop.server.objects import ObjectSocketLimits, ObjectSockets, refuse
-from alarmtop.server.ops import DEADLINE_S, QUERY_OPS, OpsService, Session
+from alarmtop.server.ops import DEADLINE_S, OpsService, Session
 from alarmtop.server.wire import (
     MAX_FRAME_BYTES,
+    QUERY_OPS,
     Command,
     Hello,
     ProtocolError,
