@@ -25,49 +25,49 @@ from alarmtop.server.services import Services, command
 OBJECT = Field(str, True, "the object, 'Class/name'")
 
 
-async def rearm(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.rearm(cls, name, at_ms=req.args.get("at_ms")))
+async def rearm(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.rearm(cls, name, at_ms=request.args.get("at_ms")))
 
 
-async def fire_now(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.fire_now(cls, name))
+async def fire_now(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.fire_now(cls, name))
 
 
-async def clear_dead_letter(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.clear_dead_letter(cls, name))
+async def clear_dead_letter(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.clear_dead_letter(cls, name))
 
 
-async def pause_alarm(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.pause_alarm(cls, name, reason=req.args.get("reason")))
+async def pause_alarm(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.pause_alarm(cls, name, reason=request.args.get("reason")))
 
 
-async def resume_alarm(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.resume_alarm(cls, name, reason=req.args.get("reason")))
+async def resume_alarm(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.resume_alarm(cls, name, reason=request.args.get("reason")))
 
 
-async def snooze_alarm(s: Services, req: Request) -> Any:
-    cls, name = split_object(req.args["object"])
-    return alarm_row(await s.rt.snooze_alarm(cls, name, req.args["by_ms"],
-                                             reason=req.args.get("reason")))
+async def snooze_alarm(services: Services, request: Request) -> Any:
+    cls, name = split_object(request.args["object"])
+    return alarm_row(await services.rt.snooze_alarm(cls, name, request.args["by_ms"],
+                                                    reason=request.args.get("reason")))
 
 
-async def inject_fault(s: Services, req: Request) -> Any:
-    args = req.args
+async def inject_fault(services: Services, request: Request) -> Any:
+    args = request.args
     times = None if args.get("always") else args.get("times", 1)
-    fault_id = s.rt.faults.inject(args["target"], args["kind"], times,
-                                  seconds=args.get("seconds"), step=args.get("step"),
-                                  point=args.get("point"))
+    fault_id = services.rt.faults.inject(args["target"], args["kind"], times,
+                                         seconds=args.get("seconds"), step=args.get("step"),
+                                         point=args.get("point"))
     return {"fault_id": fault_id}
 
 
-async def clear_fault(s: Services, req: Request) -> Any:
-    s.rt.faults.clear(req.args["fault_id"])
-    return {"fault_id": req.args["fault_id"]}
+async def clear_fault(services: Services, request: Request) -> Any:
+    services.rt.faults.clear(request.args["fault_id"])
+    return {"fault_id": request.args["fault_id"]}
 
 
 SPECS = [

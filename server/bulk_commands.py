@@ -17,31 +17,32 @@ from alarmtop.server.services import Services, Spec, command, query
 DEFAULT_BATCHES_PAGE = 50
 
 
-async def bulk_preview(s: Services, req: Request) -> Any:
-    return await s.rt.bulk.preview(req.args["selection"])
+async def bulk_preview(services: Services, request: Request) -> Any:
+    return await services.rt.bulk.preview(request.args["selection"])
 
 
-async def bulk_start(s: Services, req: Request) -> Any:
-    args = req.args
-    batch_id = await s.rt.bulk.start(
+async def bulk_start(services: Services, request: Request) -> Any:
+    args = request.args
+    batch_id = await services.rt.bulk.start(
         args["action"], args.get("selection"), args.get("keys"), kind=args.get("kind"),
         max_in_flight=args.get("max_in_flight"), reason=args.get("reason"),
-        note=args.get("note"), at_ms=args.get("at_ms"), actor=req.actor, role=req.role)
-    return await s.rt.bulk.get(batch_id)
+        note=args.get("note"), at_ms=args.get("at_ms"), actor=request.actor, role=request.role)
+    return await services.rt.bulk.get(batch_id)
 
 
-async def bulk_cancel(s: Services, req: Request) -> Any:
-    return await s.rt.bulk.cancel(req.args["batch_id"], reason=req.args.get("reason"),
-                                  actor=req.actor, role=req.role)
+async def bulk_cancel(services: Services, request: Request) -> Any:
+    return await services.rt.bulk.cancel(request.args["batch_id"],
+                                         reason=request.args.get("reason"),
+                                         actor=request.actor, role=request.role)
 
 
-async def bulk(s: Services, req: Request) -> Any:
-    return await s.rt.bulk.get(req.args["batch_id"])
+async def bulk(services: Services, request: Request) -> Any:
+    return await services.rt.bulk.get(request.args["batch_id"])
 
 
-async def bulks(s: Services, req: Request) -> Any:
-    limit = req.args.get("limit", DEFAULT_BATCHES_PAGE)
-    rows = await s.rt.bulk.list(limit, req.args.get("after"))
+async def bulks(services: Services, request: Request) -> Any:
+    limit = request.args.get("limit", DEFAULT_BATCHES_PAGE)
+    rows = await services.rt.bulk.list(limit, request.args.get("after"))
     return {"rows": rows, "next": rows[-1]["id"] if len(rows) == limit else None}
 
 

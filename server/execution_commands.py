@@ -25,66 +25,75 @@ CALLBACK_FIELDS = {"callback_id": Field(str),
                    "message": OPTIONAL_TEXT}
 
 
-def who(req: Request) -> dict[str, Any]:
-    """The runtime's audit of an action: who did it, as what."""
-    return {"actor": req.actor, "role": req.role}
+def actor_and_role(request: Request) -> dict[str, Any]:
+    """What the runtime's audit row of an action says of who did it: the client's
+    address, and its role."""
+    return {"actor": request.actor, "role": request.role}
 
 
-async def retry_compensation(s: Services, req: Request) -> Any:
-    return await s.rt.executions.retry_compensation(
-        req.args["execution_id"], reason=req.args.get("reason"), **who(req))
+async def retry_compensation(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.retry_compensation(
+        args["execution_id"], reason=args.get("reason"), **actor_and_role(request))
 
 
-async def resolve(s: Services, req: Request) -> Any:
-    return await s.rt.executions.resolve(req.args["execution_id"], req.args["note"],
-                                         reason=req.args.get("reason"), **who(req))
+async def resolve(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.resolve(
+        args["execution_id"], args["note"], reason=args.get("reason"),
+        **actor_and_role(request))
 
 
-async def abort(s: Services, req: Request) -> Any:
-    return await s.rt.executions.abort(req.args["execution_id"], req.args.get("reason") or "",
-                                       **who(req))
+async def abort(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.abort(
+        args["execution_id"], args.get("reason") or "", **actor_and_role(request))
 
 
-async def hand_to_human(s: Services, req: Request) -> Any:
-    return await s.rt.executions.hand_to_human(req.args["execution_id"],
-                                               req.args.get("reason") or "", **who(req))
+async def hand_to_human(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.hand_to_human(
+        args["execution_id"], args.get("reason") or "", **actor_and_role(request))
 
 
-async def pause(s: Services, req: Request) -> Any:
-    return await s.rt.executions.pause(req.args["execution_id"], req.args.get("reason"),
-                                       **who(req))
+async def pause(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.pause(
+        args["execution_id"], args.get("reason"), **actor_and_role(request))
 
 
-async def resume(s: Services, req: Request) -> Any:
-    return await s.rt.executions.resume(req.args["execution_id"],
-                                        reason=req.args.get("reason"), **who(req))
+async def resume(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.resume(
+        args["execution_id"], reason=args.get("reason"), **actor_and_role(request))
 
 
-async def redrive(s: Services, req: Request) -> Any:
-    args = req.args
-    return await s.rt.executions.redrive(
+async def redrive(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.redrive(
         args["execution_id"], args.get("version"), force=bool(args.get("force")),
-        reason=args.get("reason"), **who(req))
+        reason=args.get("reason"), **actor_and_role(request))
 
 
-async def fork(s: Services, req: Request) -> Any:
-    args = req.args
-    return await s.rt.executions.fork(
+async def fork(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.fork(
         args["execution_id"], args["from_step"], args.get("input"),
         args.get("new_execution_id"), args.get("version"), force=bool(args.get("force")),
-        reason=args.get("reason"), **who(req))
+        reason=args.get("reason"), **actor_and_role(request))
 
 
-async def complete_callback(s: Services, req: Request) -> Any:
-    args = req.args
-    return await s.rt.executions.complete_callback(
+async def complete_callback(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.executions.complete_callback(
         args["callback_id"], args.get("outcome") or "success", args.get("payload"),
         error_type=args.get("error_type") or "CallbackError",
-        message=args.get("message") or "", reason=args.get("reason"), **who(req))
+        message=args.get("message") or "", reason=args.get("reason"),
+        **actor_and_role(request))
 
 
-async def send_callback(s: Services, req: Request) -> Any:
-    args, executions = req.args, s.rt.executions
+async def send_callback(services: Services, request: Request) -> Any:
+    args, executions = request.args, services.rt.executions
     outcome = args.get("outcome", "success")
     if outcome == "success":
         await executions.send_callback_success(args["callback_id"], args.get("payload"))
@@ -100,15 +109,15 @@ async def send_callback(s: Services, req: Request) -> Any:
     return {"callback_id": args["callback_id"], "outcome": outcome}
 
 
-async def replay_check(s: Services, req: Request) -> Any:
-    return await s.rt.executions.replay_check(req.args["execution_id"],
-                                              req.args.get("version"))
+async def replay_check(services: Services, request: Request) -> Any:
+    return await services.rt.executions.replay_check(request.args["execution_id"],
+                                                     request.args.get("version"))
 
 
-async def execution_timers(s: Services, req: Request) -> Any:
-    args = req.args
-    rows = await s.rt.executions.timers(args.get("limit", DEFAULT_TIMERS_PAGE),
-                                        args.get("after"), args.get("execution_id"))
+async def execution_timers(services: Services, request: Request) -> Any:
+    args = request.args
+    rows = await services.rt.executions.timers(args.get("limit", DEFAULT_TIMERS_PAGE),
+                                               args.get("after"), args.get("execution_id"))
     return {"rows": rows, "next": rows[-1]["key"] if rows else None}
 
 

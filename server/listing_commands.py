@@ -74,31 +74,31 @@ def unkeyed(listing: str, why: str, args: dict[str, Any]) -> None:
                             "that the index cannot serve)")
 
 
-async def total(s: Services, key: tuple[Any, ...], text: str | None,
+async def total(services: Services, key: tuple[Any, ...], text: str | None,
                 count: Callable[[], Awaitable[int]]) -> int:
     """A listing's total: the counters' without a text; with one, a walk of the rows,
     reused for a moment when there are many (`CountCache`)."""
     if not text:
         return await count()
-    counters = s.rt.counters()
+    counters = services.rt.counters()
     rows = sum(counters.alarms.values()) + counters.known + sum(counters.executions.values())
     now = time.monotonic()
-    found = s.totals.get(key, counters, rows, now)
+    found = services.totals.get(key, counters, rows, now)
     if found is None:
         found = await count()
-        s.totals.put(key, counters, now, found)
+        services.totals.put(key, counters, now, found)
     return found
 
 
-async def alarms(s: Services, req: Request) -> Any:
-    args, rt = req.args, s.rt
+async def alarms(services: Services, request: Request) -> Any:
+    args, rt = request.args, services.rt
     limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
     state, text = args.get("state"), args.get("filter")
     if state is not None and state not in ALARM_STATES:
         raise ProtocolError(f"alarms: state is one of {', '.join(ALARM_STATES)}, "
                             f"not {state!r}")
     sort, desc = check_sort("alarms", args.get("sort")), bool(args.get("desc"))
-    count = await total(s, ("alarms", state, text), text,
+    count = await total(services, ("alarms", state, text), text,
                         lambda: rt.count_alarms(state, text))
     order = keyed_order("alarms", sort)
     if order is not None:
@@ -115,24 +115,24 @@ async def alarms(s: Services, req: Request) -> Any:
             "offset": offset, "total": count}
 
 
-async def alarm(s: Services, req: Request) -> Any:
+async def alarm(services: Services, request: Request) -> Any:
     """One alarm in full; a paused one also says who paused it and why
     (`paused_by`, `paused_reason`: None when no audit row says)."""
-    cls, name = split_object(req.args["object"])
-    status = await s.rt.alarm(cls, name)
+    cls, name = split_object(request.args["object"])
+    status = await services.rt.alarm(cls, name)
     if status is None:
         return None
     row = alarm_row(status)
     if status.paused_ms is not None:
-        row.update(await pause_of(s, row["object"], status.paused_ms))
+        row.update(await pause_of(services, row["object"], status.paused_ms))
     return row
 
 
-async def pause_of(s: Services, obj: str, since_ms: int) -> dict[str, Any]:
+async def pause_of(services: Services, obj: str, since_ms: int) -> dict[str, Any]:
     """Who paused `obj`'s alarm and why, from the audit row of that pause (the
     console's, or a bulk item's): the rows are read newest first, back to the
     pause's time at most (and `PAUSE_SCAN` rows), as the record keeps no reason."""
-    store, after, read = s.rt.backend.audit_rows, None, 0
+    store, after, read = services.rt.backend.audit_rows, None, 0
     while read < PAUSE_SCAN:
         rows = await store.audit_page(after, AUDIT_READ)
         for r in rows:
@@ -146,19 +146,19 @@ async def pause_of(s: Services, obj: str, since_ms: int) -> dict[str, Any]:
     return {"paused_by": None, "paused_reason": None}
 
 
-async def objects(s: Services, req: Request) -> Any:
+async def objects(services: Services, request: Request) -> Any:
     """Every object the runtime knows of: with storage, with an alarm, an execution
     (class `Execution`), from storage's index of them, and the resident ones that
     have nothing stored yet (merged in by key). By name, by key, at any depth;
     sorted by another column, bounded (`MAX_SCAN`)."""
-    args, rt = req.args, s.rt
+    args, rt = request.args, services.rt
     limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
     text = args.get("filter")
     sort, desc = check_sort("objects", args.get("sort")), bool(args.get("desc"))
     resident = {k for k in rt.resident_objects() if contains(text, f"{k[0]}/{k[1]}")}
     only_resident = sorted(resident - await rt.backend.alarm_rows.known_among(
         sorted(resident)), reverse=desc)
-    count = await total(s, ("objects", text), text,
+    count = await total(services, ("objects", text), text,
                         lambda: rt.count_objects(text)) + len(only_resident)
     answer: dict[str, Any] = {"offset": offset, "resident": len(rt.resident_objects()),
                               "total": count}
@@ -170,21 +170,22 @@ async def objects(s: Services, req: Request) -> Any:
                                  else (after[0], after[1]), limit, desc)
         merged = sorted([*entries, *(bare(k) for k in extra)],
                         key=lambda e: (e.object_class, e.object_name), reverse=desc)[:limit]
-        return {"rows": [object_row(s, e, resident) for e in merged], **answer,
+        return {"rows": [object_row(services, e, resident) for e in merged], **answer,
                 "cursors": [[e.object_class, e.object_name] for e in merged]}
     unkeyed("objects", f"sorted by {sort}", args)
     check_scan("objects", count, f"sorting by {sort}")
     every = [*await rt.objects(None, -1, contains=text), *(bare(k) for k in only_resident)]
-    rows = [object_row(s, e, resident) for e in every]
+    rows = [object_row(services, e, resident) for e in every]
     return {"rows": window(sort_rows("objects", rows, sort, desc), offset, limit), **answer}
 
 
-def object_row(s: Services, e: ObjectEntry, resident: set[tuple[str, str]]) -> dict[str, Any]:
+def object_row(services: Services, e: ObjectEntry,
+               resident: set[tuple[str, str]]) -> dict[str, Any]:
     key = (e.object_class, e.object_name)
     return {"object": f"{key[0]}/{key[1]}", "resident": key in resident,
             # an execution's log is in the runtime's database, not a file of its own
             "storage": e.stored or e.execution,
-            "sockets": s.rt.sockets.count(key),
+            "sockets": services.rt.sockets.count(key),
             "alarm_ms": e.next_attempt_ms, "alarm_state": e.alarm_state,
             "alarm_paused": e.alarm_paused}
 
@@ -194,13 +195,13 @@ def bare(key: tuple[str, str]) -> ObjectEntry:
     return ObjectEntry(key[0], key[1], False, key[0] == EXECUTION_CLASS, None, None)
 
 
-async def executions(s: Services, req: Request) -> Any:
-    args, rt = req.args, s.rt
+async def executions(services: Services, request: Request) -> Any:
+    args, rt = request.args, services.rt
     limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
     status, text = args.get("status"), args.get("filter")
     sort, desc = check_sort("executions", args.get("sort")), bool(args.get("desc"))
     counts = dict(rt.counters().executions)
-    count = await total(s, ("executions", status, text), text,
+    count = await total(services, ("executions", status, text), text,
                         lambda: rt.count_executions(status, text))
     if keyed_order("executions", sort) is not None:
         after = cursor("executions", "urgency", args)
@@ -217,22 +218,22 @@ async def executions(s: Services, req: Request) -> Any:
     return {"rows": rows, "offset": offset, "counts": counts, "total": count}
 
 
-async def execution(s: Services, req: Request) -> Any:
-    return await s.rt.executions.describe(req.args["execution_id"])
+async def execution(services: Services, request: Request) -> Any:
+    return await services.rt.executions.describe(request.args["execution_id"])
 
 
-async def audit(s: Services, req: Request) -> Any:
+async def audit(services: Services, request: Request) -> Any:
     """The audit log, newest first. It is append-only (AUTOINCREMENT, nothing deletes
     from it), so its newest row's `seq` is how many rows it holds. A callback's
     target is its opaque id: `execution_id` says whose it is, and `target=` of an
     execution finds its callbacks' rows too. By time, by key; filtered or sorted
     by another column, bounded (`MAX_SCAN`): the execution of a callback's id is
     read from the id, which no index holds."""
-    args = req.args
+    args = request.args
     limit, offset = args.get("limit", DEFAULT_PAGE), args.get("offset", 0)
     text, target = args.get("filter"), args.get("target")
     sort, desc = check_sort("audit", args.get("sort")), args.get("desc", True)
-    store = s.rt.backend.audit_rows
+    store = services.rt.backend.audit_rows
     newest = await store.audit_page(None, 1)
     count = int(newest[0]["seq"]) if newest else 0
     if keyed_order("audit", sort) is not None and not text and not target:
@@ -251,11 +252,11 @@ async def audit(s: Services, req: Request) -> Any:
     return {"rows": rows, "offset": offset, "total": len(every)}
 
 
-async def faults(s: Services, req: Request) -> Any:
-    args = req.args
+async def faults(services: Services, request: Request) -> Any:
+    args = request.args
     text, target = args.get("filter"), args.get("target")
     sort, desc = check_sort("faults", args.get("sort")), bool(args.get("desc"))
-    every = [f for f in s.rt.faults.list() if (not target or f["target"] == target)
+    every = [f for f in services.rt.faults.list() if (not target or f["target"] == target)
              and contains(text, f["id"], f["target"], f["kind"], f.get("step"))]
     offset = args.get("offset", 0)
     rows = window(sort_rows("faults", every, sort, desc), offset,
@@ -263,30 +264,31 @@ async def faults(s: Services, req: Request) -> Any:
     return {"rows": rows, "offset": offset, "total": len(every)}
 
 
-async def nodes(s: Services, req: Request) -> Any:
-    return await s.fleet.query(req.args)
+async def nodes(services: Services, request: Request) -> Any:
+    return await services.fleet.query(request.args)
 
 
-async def counts(s: Services) -> dict[str, Any]:
+async def counts(services: Services) -> dict[str, Any]:
     """The header's counts: from the counters storage keeps with its writes, so a
     tick costs the same with a thousand alarms or a million (no query at all)."""
-    rt = s.rt
+    rt = services.rt
     c = rt.counters()
     executions_by_status = dict(c.executions)
     return {"alarms": {state: c.alarms.get(state, 0) for state in ALARM_STATES},
             "near_exhaustion": rt.near_exhaustion(c), "objects": c.stored, "known": c.known,
             "resident": len(rt.resident_objects()), "executions": executions_by_status,
             "needs_human": executions_by_status.get("needs_human", 0),
-            "faults": len(rt.faults.list()), "nodes": await s.fleet.summary()}
+            "faults": len(rt.faults.list()), "nodes": await services.fleet.summary()}
 
 
-async def snapshot(s: Services, req: Request | None = None) -> dict[str, Any]:
+async def snapshot(services: Services, request: Request | None = None) -> dict[str, Any]:
     """The most urgent page of everything, plus counts: what a new client sees first."""
     first = Request({"limit": SNAPSHOT_ROWS}, "", "")
-    return {"type": "snapshot", "at_ms": s.rt.clock.now_ms(), "counts": await counts(s),
-            "alarms": (await alarms(s, first))["rows"],
-            "executions": (await executions(s, first))["rows"],
-            "faults": s.rt.faults.list()}
+    return {"type": "snapshot", "at_ms": services.rt.clock.now_ms(),
+            "counts": await counts(services),
+            "alarms": (await alarms(services, first))["rows"],
+            "executions": (await executions(services, first))["rows"],
+            "faults": services.rt.faults.list()}
 
 
 FILTERED = {"filter": OPTIONAL_TEXT}

@@ -36,30 +36,33 @@ def row_key(key: list[Any]) -> tuple[int, list[str]]:
     return int(cursor[1]), [str(p) for p in cursor[2:]]
 
 
-async def timers(s: Services, req: Request) -> Any:
-    return await s.rt.timers(req.args.get("limit", DEFAULT_BOARD_PAGE), req.args.get("after"))
+async def timers(services: Services, request: Request) -> Any:
+    args = request.args
+    return await services.rt.timers(args.get("limit", DEFAULT_BOARD_PAGE), args.get("after"))
 
 
-async def fire_timer(s: Services, req: Request) -> Any:
-    source, (a, b, c) = row_key(req.args["key"])
+async def fire_timer(services: Services, request: Request) -> Any:
+    rt = services.rt
+    source, (a, b, c) = row_key(request.args["key"])
     if source != EXECUTION:
-        return alarm_row(await s.rt.fire_now(a, b))
-    return await s.rt.executions.engine_stub(a).move_timer(b or None, c, s.rt.clock.now_ms(),
-                                                           req.actor)
+        return alarm_row(await rt.fire_now(a, b))
+    return await rt.executions.engine_stub(a).move_timer(b or None, c, rt.clock.now_ms(),
+                                                         request.actor)
 
 
-async def snooze_timer(s: Services, req: Request) -> Any:
-    source, (a, b, c) = row_key(req.args["key"])
-    by = check_snooze(req.args["by_ms"])
+async def snooze_timer(services: Services, request: Request) -> Any:
+    rt, args = services.rt, request.args
+    source, (a, b, c) = row_key(args["key"])
+    by = check_snooze(args["by_ms"])
     if source != EXECUTION:
-        return alarm_row(await s.rt.snooze_alarm(a, b, by, reason=req.args.get("reason")))
-    rows = await s.rt.executions.timers(EXECUTION_TIMERS_READ, None, a)
+        return alarm_row(await rt.snooze_alarm(a, b, by, reason=args.get("reason")))
+    rows = await rt.executions.timers(EXECUTION_TIMERS_READ, None, a)
     mine = [r for r in rows if (r["op_id"] or "") == b and r["kind"] == c]
     if not mine:
         raise InvalidArgument(f"execution {a!r} has no pending {c} timer on "
                               f"{b or 'itself'} (it may have fired)")
-    at = snoozed_until(int(mine[0]["due_ms"]), s.rt.clock.now_ms(), by)
-    return await s.rt.executions.engine_stub(a).move_timer(b or None, c, at, req.actor)
+    at = snoozed_until(int(mine[0]["due_ms"]), rt.clock.now_ms(), by)
+    return await rt.executions.engine_stub(a).move_timer(b or None, c, at, request.actor)
 
 
 SPECS = [
