@@ -125,7 +125,7 @@ class OpsService:
                 start, outcome, self.rt.clock.now_ms(), error))
 
     async def _run(self, cmd: Command, session: Session) -> Any:
-        spec = COMMANDS[cmd.op]
+        spec = cmd.spec
         if not spec.role.admits(session.role):
             error = f"{cmd.op} needs the {spec.role} role; this connection is a {session.role}"
             if spec.audit is not Audit.QUERY:

@@ -44,6 +44,16 @@ class Field:
     doc: str = ""
 
 
+# Field shapes many commands share.
+OPTIONAL_TEXT = Field(str, False)
+BY_MS = Field(int, True, "how much later")  # a snooze's
+SORTED = {"sort": OPTIONAL_TEXT, "desc": Field(bool, False)}
+# The cursor of the last row of the page before (a result's `cursors` entry, as given):
+# the page starts after it, `offset` rows further.
+AFTER = {"after": Field(list, False)}
+PAGED = {"offset": Field(int, False), "limit": Field(int, False)}
+
+
 class Role(enum.StrEnum):
     """The role a command needs: a viewer's token runs queries, an operator's anything."""
 
@@ -91,6 +101,11 @@ def result_summary(args: Mapping[str, Any], data: Any) -> dict[str, Any]:
     return {"result": data}
 
 
+def no_result(args: Mapping[str, Any], data: Any) -> dict[str, Any]:
+    """An audit detail of nothing but the outcome."""
+    return {}
+
+
 # What a command's audit row says besides outcome and error: called with the result
 # when it is done, with None when it failed or passed its deadline.
 AuditDetail = Callable[[Mapping[str, Any], Any], dict[str, Any]]
@@ -134,17 +149,3 @@ def split_object(ref: str) -> tuple[str, str]:
     if not sep or not cls or not name:
         raise ProtocolError(f"objects are written 'Class/name', not {ref!r}")
     return cls, name
-
-
-def no_result(args: Mapping[str, Any], data: Any) -> dict[str, Any]:
-    """An audit detail of nothing but the outcome."""
-    return {}
-
-
-OPTIONAL_TEXT = Field(str, False)
-BY_MS = Field(int, True, "how much later")  # a snooze's
-SORTED = {"sort": OPTIONAL_TEXT, "desc": Field(bool, False)}
-# The cursor of the last row of the page before (a result's `cursors` entry, as given):
-# the page starts after it, `offset` rows further.
-AFTER = {"after": Field(list, False)}
-PAGED = {"offset": Field(int, False), "limit": Field(int, False)}
