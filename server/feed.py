@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from alarmtop.core import Event
-from alarmtop.server.ops import OpsService, alarm_row, execution_row
+from alarmtop.server.ops import OpsService
+from alarmtop.server.rows import alarm_row, execution_row
 from alarmtop.server.wire import encode, split_object
 
 MAX_ROWS_PER_DELTA = 200

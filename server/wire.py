@@ -6,6 +6,10 @@ Client to server: `{"op": "hello", "token": ...}` first, then commands
 and `error` (for frames that are not even a command). No socket in here: this
 module turns text into checked values and back, and says precisely what is
 wrong with a bad frame.
+
+The commands and their fields are the one table of `commands.py`: `decode`
+checks a server's incoming frame against it, and `command` a client's outgoing
+one, the same way and with the same words, before it is sent.
 """
 
 from __future__ import annotations
@@ -15,91 +19,33 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from alarmtop.server.execution_ops import tool_ops
-from alarmtop.server.operator_ops import operator_ops
+from alarmtop.server.commands import COMMANDS, OPERATOR_OPS, QUERY_OPS
+from alarmtop.server.protocol import (
+    MAX_OFFSET,
+    MAX_PAGE,
+    Field,
+    ProtocolError,
+    Role,
+    split_object,
+)
+from alarmtop.server.services import Spec
 
 PROTOCOL = 1
 MAX_FRAME_BYTES = 1 << 20  # websockets closes the connection (1009) above this
 MAX_DEPTH = 16
 MAX_CLOSE_REASON_BYTES = 123  # RFC 6455: a close frame's payload is 125 bytes, 2 are the code
 
-
-class ProtocolError(ValueError):
-    """A frame that cannot be accepted.
-
-    `id` is the command id when one was readable; `op` the op it named when that was
-    a string, and `fields` the frame's other fields when it was a JSON object: enough
-    for the audit log to say what was refused, though the frame was never a command.
-    """
-
-    def __init__(self, message: str, id: int | None = None, *, op: str | None = None,
-                 fields: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.id = id
-        self.op = op
-        self.fields = fields or {}
-
-
-@dataclass(frozen=True)
-class Field:
-    type: type | tuple[type, ...]
-    required: bool = True
-    doc: str = ""
-
-
-_STR, _INT, _NUM = str, int, (int, float)
-_OPT_STR = Field(str, False)
-_SORTED = {"sort": _OPT_STR, "desc": Field(bool, False)}
-# The cursor of the last row of the page before (a result's `cursors` entry, as given):
-# the page starts after it, `offset` rows further.
-_AFTER = {"after": Field(list, False)}
-
-# op -> (operator only, fields)
+# op -> (operator only, fields): the command table as the tests and the reference see it.
 OPS: dict[str, tuple[bool, dict[str, Field]]] = {
-    "rearm": (True, {"object": Field(_STR), "at_ms": Field(_INT, False), "reason": _OPT_STR}),
-    "fire_now": (True, {"object": Field(_STR), "reason": _OPT_STR}),
-    "clear_dead_letter": (True, {"object": Field(_STR), "reason": _OPT_STR}),
-    "inject_fault": (True, {"target": Field(_STR), "kind": Field(_STR),
-                            "times": Field(_INT, False), "seconds": Field(_NUM, False),
-                            "step": _OPT_STR, "point": _OPT_STR, "always": Field(bool, False),
-                            "reason": _OPT_STR}),
-    "clear_fault": (True, {"fault_id": Field(_STR), "reason": _OPT_STR}),
-    "send_callback": (True, {"callback_id": Field(_STR), "outcome": Field(_STR, False),
-                             "payload": Field(object, False), "error_type": _OPT_STR,
-                             "message": _OPT_STR, "reason": _OPT_STR}),
-    "retry_compensation": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
-    "resolve": (True, {"execution_id": Field(_STR), "note": Field(_STR), "reason": _OPT_STR}),
-    "abort": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
-    "hand_to_human": (True, {"execution_id": Field(_STR), "reason": _OPT_STR}),
-    # Listings page with offset/limit, or by key with `after` (the orders an index
-    # serves answer with `cursors`), and take `sort` (a column's real value, see
-    # server/listing.py) and `desc`.
-    "alarms": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                       "state": _OPT_STR, "filter": _OPT_STR, **_SORTED, **_AFTER}),
-    "alarm": (False, {"object": Field(_STR)}),
-    "objects": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                        "filter": _OPT_STR, **_SORTED, **_AFTER}),
-    "executions": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                           "status": _OPT_STR, "filter": _OPT_STR, **_SORTED, **_AFTER}),
-    "execution": (False, {"execution_id": Field(_STR)}),
-    "audit": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                      "filter": _OPT_STR, "target": _OPT_STR, **_SORTED, **_AFTER}),
-    "faults": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                       "filter": _OPT_STR, "target": _OPT_STR, **_SORTED}),
-    "snapshot": (False, {}),
-    "nodes": (False, {"offset": Field(_INT, False), "limit": Field(_INT, False),
-                      "filter": _OPT_STR, **_SORTED}),  # the fleet (server/fleet_view.py)
-}
-OPS.update(tool_ops(Field))  # pause, resume, redrive, fork, ... (server/execution_ops.py)
-OPS.update(operator_ops(Field))  # alarm pause, timers board, bulk (server/operator_ops.py)
-OPERATOR_OPS = frozenset(op for op, (operator, _) in OPS.items() if operator)
-MAX_PAGE = 500
+    op: (spec.role is Role.OPERATOR, spec.fields) for op, spec in COMMANDS.items()}
 
 
 @dataclass(frozen=True)
 class Hello:
     token: str
+
+    def message(self) -> dict[str, Any]:
+        return {"op": "hello", "token": self.token}
 
 
 @dataclass(frozen=True)
@@ -109,8 +55,25 @@ class Command:
     args: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def spec(self) -> Spec:
+        return COMMANDS[self.op]
+
+    @property
     def needs_operator(self) -> bool:
         return self.op in OPERATOR_OPS
+
+    def message(self) -> dict[str, Any]:
+        return {"op": self.op, "id": self.id, **self.args}
+
+
+def command(op: str, id: int, **fields: Any) -> Command:
+    """The command a client sends, checked as the server will check it: a field the
+    table does not know or of the wrong type raises the `ProtocolError` the server
+    would answer with, before anything is sent. (None stands for a field left out.)"""
+    msg = decode(encode({"op": op, "id": id, **fields}))
+    if not isinstance(msg, Command):
+        raise ProtocolError("hello is said once, on connecting; it is not a command")
+    return msg
 
 
 class _LoneSurrogate(Exception):
@@ -198,9 +161,9 @@ def decode(text: str | bytes) -> Hello | Command:
             raise ProtocolError('hello needs a "token" string')
         return Hello(token)
     if not isinstance(op, str):
-        raise ProtocolError('missing "op": one of ' + ", ".join(sorted(OPS)), cid)
-    if op not in OPS:
-        raise _refusal(f"unknown op {op!r}; ops: {', '.join(sorted(OPS))}", cid, msg)
+        raise ProtocolError('missing "op": one of ' + ", ".join(sorted(COMMANDS)), cid)
+    if op not in COMMANDS:
+        raise _refusal(f"unknown op {op!r}; ops: {', '.join(sorted(COMMANDS))}", cid, msg)
     if cid is None:
         raise _refusal(f'{op} needs an integer "id" (0 to 2**53) to match its result', None,
                        msg)
@@ -217,7 +180,7 @@ def _refusal(message: str, cid: int | None, msg: dict[str, Any]) -> ProtocolErro
 
 def _fields(op: str, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
     """The checked arguments of a command, or `ProtocolError` naming the field."""
-    _, spec = OPS[op]
+    spec = COMMANDS[op].fields
     args: dict[str, Any] = {}
     for name, f in spec.items():
         if name not in msg or msg[name] is None:
@@ -231,10 +194,9 @@ def _fields(op: str, cid: int, msg: dict[str, Any]) -> dict[str, Any]:
     unknown = set(msg) - set(spec) - {"op", "id"}
     if unknown:
         raise _refusal(f"{op}: unknown field(s) {', '.join(sorted(unknown))}", cid, msg)
-    for key in ("offset", "limit"):
-        if key in args and not 0 <= args[key] <= (MAX_PAGE if key == "limit" else 10**9):
-            raise _refusal(f"{op}: {key} must be between 0 and "
-                           f"{MAX_PAGE if key == 'limit' else 10**9}", cid, msg)
+    for key, most in (("offset", MAX_OFFSET), ("limit", MAX_PAGE)):
+        if key in args and not 0 <= args[key] <= most:
+            raise _refusal(f"{op}: {key} must be between 0 and {most}", cid, msg)
     return args
 
 
@@ -265,9 +227,5 @@ def close_reason(text: str) -> str:
     return data[:MAX_CLOSE_REASON_BYTES].decode("utf-8", "ignore")
 
 
-def split_object(ref: str) -> tuple[str, str]:
-    """`Class/name` -> (class, name); the name may itself contain '/'."""
-    cls, sep, name = ref.partition("/")
-    if not sep or not cls or not name:
-        raise ProtocolError(f"objects are written 'Class/name', not {ref!r}")
-    return cls, name
+__all__ = ["MAX_PAGE", "OPERATOR_OPS", "QUERY_OPS", "Field", "ProtocolError",
+           "split_object"]

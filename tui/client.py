@@ -8,6 +8,12 @@ When it cannot connect it says why in words an operator can act on (nothing
 listening, TLS on one side only, a wrong path, a certificate not trusted):
 `Disconnected.reason`, and `WebSocketOpsClient.last_error` until the next
 connection works, for the console's header to show while it retries.
+
+Each request is built as the server's own typed `Command` (`wire.command`, from
+the server's command table), so a request the server would refuse for its fields
+is refused here, at once and in the server's words, before anything is sent. The
+table is what this console knows: an older server that lacks an op answers
+"unknown op", which the console handles where it asks (the timers board).
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+
+from alarmtop.server import wire
 
 
 class CommandError(Exception):
@@ -125,7 +133,7 @@ class WebSocketOpsClient:
         try:
             self._ws = await connect(self.url, open_timeout=self.timeout_s, max_size=None,
                                      close_timeout=CLOSE_TIMEOUT_S)
-            await self._ws.send(json.dumps({"op": "hello", "token": self.token}))
+            await self._ws.send(wire.encode(wire.Hello(self.token).message()))
             first = json.loads(await asyncio.wait_for(self._ws.recv(), self.timeout_s))
         except (OSError, ConnectionClosed, TimeoutError, InvalidHandshake, InvalidURI) as exc:
             self.last_error = describe_failure(exc, self.url)
@@ -170,13 +178,19 @@ class WebSocketOpsClient:
             yield frame
 
     async def request(self, op: str, **args: Any) -> Any:
+        """The answer to `op` with `args`; raises `CommandError` with the server's words
+        when it refuses (or would: a field it does not take, or of the wrong type)."""
         if self._ws is None:
             raise Disconnected("not connected")
         cid = next(self._ids)
+        try:
+            frame = wire.encode(wire.command(op, cid, **args).message())
+        except wire.ProtocolError as exc:
+            raise CommandError(exc.message) from exc
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[cid] = fut
         try:
-            await self._ws.send(json.dumps({"op": op, "id": cid, **args}))
+            await self._ws.send(frame)
         except ConnectionClosed:
             self._pending.pop(cid, None)
             raise Disconnected("connection lost") from None

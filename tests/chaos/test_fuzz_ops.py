@@ -31,7 +31,8 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from alarmtop.core.model.errors import InvalidObjectName
 from alarmtop.core.model.object_names import check_object_name
-from alarmtop.server.app import MAX_PENDING, MAX_REJECTED, QUERY_BURST, RATE_BURST
+from alarmtop.server.app import MAX_PENDING
+from alarmtop.server.ops_channel import MAX_REJECTED, QUERY_BURST, RATE_BURST
 from alarmtop.server.wire import MAX_DEPTH, MAX_FRAME_BYTES, OPS
 from tests.chaos.fuzz_server import OPERATOR, VIEWER
 

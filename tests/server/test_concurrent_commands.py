@@ -205,3 +205,41 @@ async def test_a_query_past_its_deadline_is_answered_as_failed(
     assert res["error"] == (f"executions: no answer within the {DEADLINE_S:g} s deadline; "
                             "nothing was changed (a query changes nothing)")
     assert (await c.ok("alarms"))["total"] == 0
+
+
+async def test_an_operator_tool_past_its_deadline_is_one_row_too(
+        make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
+        client: ClientFactory, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A snooze held up in its write gets the same promise as a re-arm: answered at its
+    deadline as failed, one audit row that says so (and by how much it was asked for),
+    and no second row when it lands after all; its late outcome is logged."""
+    rt = await make_runtime(Quiet)
+    await rt.get(Quiet, "slow").arm(3_600_000)
+    server = await serve(rt, command_timeout_s=DEADLINE_S)
+    c = await client(server.url, OPERATOR)
+    release = asyncio.Event()
+    real = rt.scheduler.commit
+
+    async def held_commit(key: Any, tr: Any, **more: Any) -> Any:
+        await release.wait()
+        return await real(key, tr, **more)
+
+    monkeypatch.setattr(rt.scheduler, "commit", held_commit)
+    res = await c.request("snooze_alarm", object="Quiet/slow", by_ms=60_000, reason="later")
+    assert res["ok"] is False and "no outcome within" in res["error"], res
+    (row,) = await rt.audit.list()
+    assert (row["action"], row["ok"], row["target"]) == ("snooze_alarm", False, "Quiet/slow")
+    assert row["detail"] == {"outcome": "failed", "error": res["error"], "by_ms": 60_000}
+    with caplog.at_level(logging.WARNING, logger="alarmtop.server"):
+        release.set()
+        for _ in range(200):
+            status = await rt.alarm(Quiet, "slow")
+            if status is not None and status.next_attempt_ms == clock.now_ms() + 3_660_000:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+    assert status is not None and status.next_attempt_ms == clock.now_ms() + 3_660_000
+    assert len(await rt.audit.list()) == 1  # one command, one row
+    assert any("snooze_alarm Quiet/slow, answered as timed out" in r.getMessage() and
+               r.getMessage().endswith(": done") for r in caplog.records), caplog.text

@@ -14,8 +14,9 @@ import pytest
 
 from alarmtop.core import RetryPolicy, Runtime, VirtualClock
 from alarmtop.examples.festival import FestivalServices, build_festival
-from alarmtop.server import app as app_module
-from alarmtop.server.app import MAX_REJECTED, RATE_BURST, OpsServer
+from alarmtop.server import ops_channel
+from alarmtop.server.app import OpsServer
+from alarmtop.server.ops_channel import MAX_REJECTED, RATE_BURST
 from alarmtop.server.wire import MAX_FRAME_BYTES
 from tests.conftest import RuntimeFactory
 from tests.server.conftest import (
@@ -129,7 +130,7 @@ async def test_silent_client_is_closed_after_the_hello_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that never says hello is closed with 1008 (after HELLO_TIMEOUT_S, here
     shortened), so idle half-open connections cannot pile up."""
-    monkeypatch.setattr(app_module, "HELLO_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(ops_channel, "HELLO_TIMEOUT_S", 0.2)
     server = await serve(await make_runtime(Quiet))
     c = await client(server.url)
     exc = await c.closed()

@@ -121,7 +121,7 @@ def test_a_row_built_from_the_record_is_the_status_row(paused_ms: int | None) ->
     from alarmtop.core import RetryPolicy
     from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
     from alarmtop.core.model.alarm_status import AlarmStatus
-    from alarmtop.server.ops import alarm_row, record_row
+    from alarmtop.server.rows import alarm_row, record_row
     rec = AlarmRecord("Flaky", "p", 1_000, AlarmState.RETRYING, 2, 5_000, "boom")
     rec = rec._replace(paused_ms=paused_ms)
     policy = RetryPolicy()

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from alarmtop.core import Runtime
-from alarmtop.server.app import MAX_REJECTED, QUERY_BURST, RATE_BURST
+from alarmtop.server.ops_channel import MAX_REJECTED, QUERY_BURST, RATE_BURST
 from tests.conftest import RuntimeFactory
 from tests.server.conftest import (
     OPERATOR,

@@ -35,11 +35,11 @@ REQUIRED: dict[str, set[str]] = {
     "hand_to_human": {"execution_id"},
     "alarms": set(), "alarm": {"object"}, "objects": set(), "executions": set(),
     "execution": {"execution_id"}, "audit": set(), "faults": set(), "snapshot": set(),
-    # the execution tools (server/execution_ops.py)
+    # the execution tools (server/execution_commands.py)
     "pause": {"execution_id"}, "resume": {"execution_id"}, "redrive": {"execution_id"},
     "fork": {"execution_id", "from_step"}, "complete_callback": {"callback_id"},
     "replay_check": {"execution_id"}, "execution_timers": set(),
-    # the operator tools (server/operator_ops.py)
+    # the operator tools (server/alarm_commands.py, timer_commands.py, bulk_commands.py)
     "pause_alarm": {"object"}, "resume_alarm": {"object"}, "snooze_alarm": {"object", "by_ms"},
     "fire_timer": {"key"}, "snooze_timer": {"key", "by_ms"}, "bulk_preview": {"selection"},
     "bulk_start": {"action"}, "bulk_cancel": {"batch_id"}, "timers": set(),

@@ -1,4 +1,5 @@
-"""The execution-tool ops: handlers applied to a real runtime, frames decoded by the wire."""
+"""The execution commands: handlers applied to a real runtime through the ops service,
+frames decoded by the wire, audited by the runtime itself."""
 
 from __future__ import annotations
 
@@ -15,17 +16,21 @@ from alarmtop.core.durable import (
     durable_execution,
 )
 from alarmtop.core.model.execution_errors import InvalidExecutionState
-from alarmtop.server import wire
-from alarmtop.server.execution_ops import (
-    RUNTIME_AUDITED,
-    TOOL_QUERIES,
-    ExecutionTools,
-    tool_ops,
-)
+from alarmtop.server import execution_commands, wire
+from alarmtop.server.commands import COMMANDS
+from alarmtop.server.ops import OpsService, Session
+from alarmtop.server.protocol import Audit
 from tests.conftest import RuntimeFactory
 from tests.server.conftest import OPERATOR, VIEWER, ClientFactory, ServerFactory
 
 down = {"on": True}
+SAGA_ACTIONS = {"retry_compensation", "resolve", "abort", "hand_to_human"}
+TOOLS = {"pause", "resume", "redrive", "fork", "complete_callback"}
+
+
+async def run(ops: OpsService, op: str, who: Session, **fields: Any) -> Any:
+    """`op` as a client would send it, run by the ops service."""
+    return await ops.run(wire.command(op, 1, **fields), who)
 
 
 def charge() -> str:
@@ -44,11 +49,15 @@ async def pay(event: Any, ctx: DurableContext) -> str:
 
 
 def test_the_ops_are_in_the_wire_table() -> None:
-    spec = tool_ops(wire.Field)
-    assert RUNTIME_AUDITED == {op for op, (operator, _) in spec.items() if operator}
-    assert TOOL_QUERIES == {op for op, (operator, _) in spec.items() if not operator}
-    assert all(wire.OPS[op] == spec[op] for op in spec)
-    assert RUNTIME_AUDITED <= wire.OPERATOR_OPS and not TOOL_QUERIES & wire.OPERATOR_OPS
+    specs = {spec.op: spec for spec in execution_commands.SPECS}
+    assert all(COMMANDS[op] is spec for op, spec in specs.items())
+    audited_by = {rule: {op for op, spec in specs.items() if spec.audit is rule}
+                  for rule in Audit}
+    assert audited_by == {Audit.RUNTIME: SAGA_ACTIONS | TOOLS,
+                          Audit.SERVER: {"send_callback"},
+                          Audit.QUERY: {"replay_check", "execution_timers"}}
+    assert audited_by[Audit.RUNTIME] <= wire.OPERATOR_OPS
+    assert not audited_by[Audit.QUERY] & wire.OPERATOR_OPS
     cmd = wire.decode(json.dumps({"op": "redrive", "id": 3, "execution_id": "e1",
                                   "force": True}))
     assert isinstance(cmd, wire.Command) and cmd.args == {"execution_id": "e1", "force": True}
@@ -64,33 +73,33 @@ async def test_each_op_on_a_real_runtime(make_runtime: RuntimeFactory,
     down["on"] = True
     rt = await make_runtime()
     rt.register_execution(pay)
-    tools = ExecutionTools(rt)
-    who = ("10.0.0.7:5511", "operator")
+    ops = OpsService(rt)
+    who = Session("operator", "10.0.0.7:5511")
     await rt.executions.start("pay", None, execution_id="x1")
     await clock.advance(1)
-    assert (await tools.run("pause", {"execution_id": "x1", "reason": "audit"}, *who))[
-        "paused"]
-    timers = await tools.run("execution_timers", {"execution_id": "x1"}, *who)
+    assert (await run(ops, "pause", who, execution_id="x1", reason="audit"))["paused"]
+    timers = await run(ops, "execution_timers", who, execution_id="x1")
     assert timers == {"rows": [], "next": None}  # a callback with no deadline
-    await tools.run("resume", {"execution_id": "x1"}, *who)
+    await run(ops, "resume", who, execution_id="x1")
     cb = (await rt.executions.describe("x1"))["callbacks"][0]["callback_id"]
-    await tools.run("complete_callback", {"callback_id": cb, "payload": "go"}, *who)
+    await run(ops, "complete_callback", who, callback_id=cb, payload="go")
     await clock.advance(1)
     assert (await rt.executions.describe("x1"))["status"] == "failed"
-    check = await tools.run("replay_check", {"execution_id": "x1"}, *who)
+    check = await run(ops, "replay_check", who, execution_id="x1")
     assert check["summary"] == "replays cleanly"
     down["on"] = False
-    forked = await tools.run("fork", {"execution_id": "x1", "from_step": "charge",
-                                      "new_execution_id": "x1-b"}, *who)
-    out = await tools.run("redrive", {"execution_id": "x1", "reason": "back up"}, *who)
+    forked = await run(ops, "fork", who, execution_id="x1", from_step="charge",
+                       new_execution_id="x1-b")
+    out = await run(ops, "redrive", who, execution_id="x1", reason="back up")
     assert out["from_operation"] == "3"
     await clock.advance(1)
     assert (await rt.executions.describe("x1"))["result"] == "charged"
     assert (await rt.executions.describe(forked["execution_id"]))["result"] == "charged"
     rows = await rt.audit.list()
-    assert [r["action"] for r in rows[:5]] == ["redrive", "fork", "complete_callback",
-                                               "resume", "pause"]
-    assert {(r["actor"], r["role"]) for r in rows[:5]} == {who}
+    assert [r["action"] for r in rows] == ["redrive", "fork", "complete_callback",
+                                           "resume", "pause"]  # one row each, the runtime's
+    assert {(r["actor"], r["role"]) for r in rows} == {(who.address, who.role)}
+    await ops.close()
 
 
 async def test_a_refused_op_is_audited_once_and_raises(make_runtime: RuntimeFactory,
@@ -99,12 +108,14 @@ async def test_a_refused_op_is_audited_once_and_raises(make_runtime: RuntimeFact
     rt.register_execution(pay)
     await rt.executions.start("pay", None, execution_id="x2")
     await clock.advance(1)
+    ops = OpsService(rt)
     with pytest.raises(InvalidExecutionState, match="suspended; only a failed"):
-        await ExecutionTools(rt).run("redrive", {"execution_id": "x2"}, "c", "operator")
+        await run(ops, "redrive", Session("operator", "c"), execution_id="x2")
     rows = await rt.audit.list()
     assert len(rows) == 1 and (rows[0]["action"], rows[0]["ok"]) == ("redrive", False)
-    with pytest.raises(wire.ProtocolError, match="unknown execution tool op"):
-        await ExecutionTools(rt).run("nope", {}, "c", "operator")
+    with pytest.raises(wire.ProtocolError, match="unknown op 'nope'"):
+        await run(ops, "nope", Session("operator", "c"))
+    await ops.close()
 
 
 async def test_over_a_real_socket_viewers_query_and_operators_act_audited_once(

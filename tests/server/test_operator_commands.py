@@ -1,25 +1,34 @@
-"""The operator-tool ops over a real WebSocket: alarm pause and snooze, the timers
-board with fire now / snooze, and bulk actions."""
+"""The operator tools over a real WebSocket: alarm pause and snooze, the timers board
+with fire now / snooze, and bulk actions; each audited once, by the ops service (or
+the bulk service, for a batch)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from alarmtop.core import VirtualClock
-from alarmtop.server import wire
-from alarmtop.server.operator_ops import OPERATOR_COMMANDS, OPERATOR_QUERIES, operator_ops
+from alarmtop.server import alarm_commands, bulk_commands, timer_commands, wire
+from alarmtop.server.commands import COMMANDS
+from alarmtop.server.ops import OpsService, Session
+from alarmtop.server.protocol import Audit, Role
 from tests.conftest import START_MS, RuntimeFactory
 from tests.core.test_bulk import FAR, Job, dead_letters
 from tests.server.conftest import OPERATOR, VIEWER, ClientFactory, ServerFactory
 
 
 def test_the_ops_are_in_the_wire_table() -> None:
-    spec = operator_ops(wire.Field)
-    assert OPERATOR_COMMANDS == {op for op, (operator, _) in spec.items() if operator}
-    assert OPERATOR_QUERIES == {op for op, (operator, _) in spec.items() if not operator}
-    assert all(wire.OPS[op] == spec[op] for op in spec)
+    specs = {spec.op: spec for spec in
+             [*alarm_commands.SPECS, *timer_commands.SPECS, *bulk_commands.SPECS]}
+    assert all(COMMANDS[op] is spec for op, spec in specs.items())
+    tools = {"pause_alarm", "resume_alarm", "snooze_alarm", "fire_timer", "snooze_timer",
+             "bulk_preview", "bulk_cancel"}
+    assert {op for op in tools if specs[op].audit is Audit.SERVER} == tools
+    assert specs["bulk_start"].audit is Audit.RUNTIME  # the bulk service audits a batch
+    assert {op for op, spec in specs.items() if spec.role is Role.VIEWER} == {
+        "timers", "bulk", "bulks"}
     with pytest.raises(wire.ProtocolError, match="by_ms"):
         wire.decode(json.dumps({"op": "snooze_alarm", "id": 1, "object": "Job/a",
                                 "by_ms": "soon"}))
@@ -141,28 +150,32 @@ async def test_a_paused_alarm_says_since_when_who_and_why(
 
 async def test_fire_and_snooze_an_execution_timer_from_the_board(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
-    from alarmtop.server.operator_ops import OperatorTools
     from tests.core.test_bulk import board_flow
     rt = await make_runtime()
     rt.register_execution(board_flow)
     await rt.executions.start("board_flow", None, execution_id="w1")
     await clock.advance(0.01)
-    tools = OperatorTools(rt)
-    who = ("10.0.0.9:4000", "operator")
-    (row,) = (await tools.run("timers", {}, *who))["rows"]
+    ops = OpsService(rt)
+    who = Session("operator", "10.0.0.9:4000")
+
+    async def run(op: str, **fields: Any) -> Any:
+        return await ops.run(wire.command(op, 1, **fields), who)
+
+    (row,) = (await run("timers"))["rows"]
     assert (row["kind"], row["target"]) == ("wait", "w1")
-    moved = await tools.run("snooze_timer", {"key": row["key"], "by_ms": 60_000}, *who)
+    moved = await run("snooze_timer", key=row["key"], by_ms=60_000)
     assert moved["due_ms"] == row["due_ms"] + 60_000
     (audited,) = await rt.audit.list(limit=1)
     assert audited["detail"] == {"outcome": "ok", "by_ms": 60_000,
                                  "until_ms": row["due_ms"] + 60_000}
-    (row,) = (await tools.run("timers", {}, *who))["rows"]
-    await tools.run("fire_timer", {"key": row["key"]}, *who)
+    (row,) = (await run("timers"))["rows"]
+    await run("fire_timer", key=row["key"])
     await clock.advance(0.01)
-    (row,) = (await tools.run("timers", {}, *who))["rows"]
+    (row,) = (await run("timers"))["rows"]
     assert row["kind"] == "callback_timeout"  # the wait fired: on to the callback
     with pytest.raises(Exception, match="board row's `key`"):
-        await tools.run("fire_timer", {"key": ["nope"]}, *who)
+        await run("fire_timer", key=["nope"])
     rows = [(r["action"], r["ok"], r["target"]) for r in await rt.audit.list(limit=50)]
-    assert ("snooze_timer", True, "w1") in rows and ("fire_timer", True, "w1") in rows
-    assert ("fire_timer", False, None) in rows
+    assert rows == [("fire_timer", False, None), ("fire_timer", True, "w1"),
+                    ("snooze_timer", True, "w1")]  # one row each
+    await ops.close()
