@@ -17,7 +17,7 @@ from alarmtop.core.kernel.objects.classes import ObjectClasses
 from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.kernel.run_state import RunState
-from alarmtop.core.model.errors import UnknownMethod
+from alarmtop.core.model.errors import HandlerAborted, UnknownMethod
 from alarmtop.core.model.object_names import check_object_name
 from alarmtop.core.model.serialization import json_copy
 
@@ -123,7 +123,7 @@ class ObjectCalls:
         value, error, _ = await self._host.run_event((class_name, name), body,
                                                      self._kind(method, "a call to {}()"))
         if error is not None:
-            raise error  # its writes are kept: the event committed
+            raise _raisable(error, class_name, name, method)  # its writes are kept
         return json_copy(value, f"the result of {class_name}.{method}")
 
     async def serve(self, request: dict[str, Any],
@@ -166,7 +166,7 @@ class ObjectCalls:
         _, error, _ = await self._host.run_event((class_name, check_object_name(name)), body,
                                                  self._kind(method, "its {}"))
         if error is not None:
-            raise error
+            raise _raisable(error, class_name, name, method)
 
     def _kind(self, method: str, what: str) -> EventKind:
         kind = self._kinds.get(method)
@@ -175,3 +175,14 @@ class ObjectCalls:
             kind = self._kinds[method] = Call("handling " + what.format(method), method,
                                               event)
         return kind
+
+
+def _raisable(error: BaseException, class_name: str, name: str, method: str) -> BaseException:
+    """What the caller gets: the method's own exception, or, for one that is not an
+    `Exception` (SystemExit...), `HandlerAborted`: re-raised as it is, it would end the
+    caller's task, or the process."""
+    if isinstance(error, Exception):
+        return error
+    aborted = HandlerAborted(class_name, name, method, error)
+    aborted.__cause__ = error
+    return aborted

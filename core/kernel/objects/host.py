@@ -54,6 +54,14 @@ log = logging.getLogger("alarmtop.runtime")
 EMFILE_LOG_EVERY_S = 5.0  # one log line per this many seconds while descriptors run out
 
 
+def cut_off(exc: BaseException) -> bool:
+    """Whether `exc` is this task being cancelled (not a handler raising one itself)."""
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 class EventKind:
     """What differs between kinds of events; a call, a socket event: this class.
 
@@ -370,6 +378,13 @@ class ObjectHost:
                         storage.begin_event(self._clock.now_ms(), kind.alarm)
                         value = await body(instance)
                 except Exception as exc:
+                    error = exc
+                except BaseException as exc:
+                    # SystemExit, KeyboardInterrupt, a CancelledError of the handler's
+                    # own: its failure, like any raise. Only a cancel of this task (the
+                    # runtime stopping) cuts the event off.
+                    if cut_off(exc):
+                        raise
                     error = exc
                 finally:
                     if r.ctx is not None and r.ctx.blocked:
