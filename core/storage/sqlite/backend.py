@@ -33,6 +33,7 @@ from alarmtop.core.storage.sqlite.audit_rows import SqliteAuditRows
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S, SqliteDatabase
 from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionLog
 from alarmtop.core.storage.sqlite.files import fsync_dir, make_dirs
+from alarmtop.core.storage.sqlite.folder_lock import FolderLock
 from alarmtop.core.storage.sqlite.objects import SqliteObjectStore
 from alarmtop.core.storage.sqlite.operator_rows import SqliteOperatorRows
 from alarmtop.core.storage.sqlite.quarantine import STORAGE_LOG, Quarantine, wall_ms
@@ -82,10 +83,20 @@ class SqliteBackend(BackendStores):
         super().__init__(self._db, self._alarm_rows, self._executions, self._audit,
                          self._operator)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
+        self._lock = FolderLock(self.data_dir)  # held while open: one runtime per folder
 
 
     async def open(self) -> None:
         await asyncio.to_thread(make_dirs, self.data_dir)
+        # Before anything is read: a second runtime on the folder changes nothing.
+        await asyncio.to_thread(self._lock.take)
+        try:
+            await self._open()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def _open(self) -> None:
         quarantined: Path | None = None
         try:
             await asyncio.to_thread(self._check_index_file)
@@ -158,7 +169,10 @@ class SqliteBackend(BackendStores):
         fsync_dir(self.data_dir)
 
     async def close(self) -> None:
-        await self._db.close()
+        try:
+            await self._db.close()
+        finally:
+            self._lock.release()
 
     def object_path(self, object_class: str, object_name: str) -> Path:
         return self.data_dir / "objects" / object_class / object_file_name(object_name)
