@@ -35,6 +35,7 @@ from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.kernel.supervisor import Supervisor, bounded, tracker_of
 from alarmtop.core.model.alarm_policy import DEFAULT_KEEP, RetryPolicy
+from alarmtop.core.model.audit_retention import DEFAULT_DAYS, DEFAULT_ROWS, AuditRetention
 from alarmtop.core.model.errors import InvalidArgument
 from alarmtop.core.model.operations import EXECUTION_CLASS
 from alarmtop.core.ops.alarm_actions import AlarmActions
@@ -78,6 +79,8 @@ class Runtime:
         plugins: lifecycle hook plugins (see `alarmtop.core.hooks`), told of every object
             event, alarm attempt, execution invocation, operation and step attempt, and
             operator command; `add_plugin()` adds more.
+        audit_retention_days: audit rows older than this are pruned (None: kept).
+        audit_max_rows: at most this many audit rows are kept, the newest (None: no cap).
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -92,7 +95,8 @@ class Runtime:
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
                  keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
-                 plugins: Iterable[Any] = ()) -> None:
+                 plugins: Iterable[Any] = (), audit_retention_days: float | None = DEFAULT_DAYS,
+                 audit_max_rows: int | None = DEFAULT_ROWS) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -133,7 +137,8 @@ class Runtime:
         self.calls = ObjectCalls(self._classes, self.host, self.hooks, routing, self._state)
 
         # -- durable executions: execution objects share one engine ----------------------
-        self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
+        self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock, self.tasks,
+                              AuditRetention(audit_retention_days, audit_max_rows))
         self.ledger = Ledger(self.backend.execution_log, self.events, self.faults, self.clock)
         self._engine = ExecutionEngine(
             self.backend.execution_log, self.events, self.faults, self.clock, rng,
@@ -296,6 +301,7 @@ class Runtime:
         await self.scheduler.start(self._dispatcher)
         self.host.start()
         self._cron.start()
+        self.audit.start()
         await self.bulk.resume_open()  # batches a stop or a crash left open run on
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from alarmtop.core import Event, configure_logging
@@ -322,6 +322,12 @@ def build_serve_parser() -> argparse.ArgumentParser:
                    help="a file (mode 600) holding the token /metrics then asks for: "
                    "Authorization: Bearer <token> (default: /metrics is open)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
+    p.add_argument("--audit-retention-days", type=retention(float, "days"), default=UNSET,
+                   metavar="DAYS", help="prune audit rows older than this (default: the "
+                   "runtime's, 90; 'off' keeps them whatever their age)")
+    p.add_argument("--audit-max-rows", type=retention(int, "rows"), default=UNSET,
+                   metavar="N", help="keep at most the newest N audit rows (default: the "
+                   "runtime's, 1000000; 'off': no cap)")
     fleet = p.add_argument_group("fleet on PostgreSQL")
     fleet.add_argument("--postgres", metavar="DSN", default=os.environ.get("ALARMTOP_POSTGRES_DSN"),
                        help="run as a node of a fleet on this PostgreSQL (default: "
@@ -337,6 +343,24 @@ def build_serve_parser() -> argparse.ArgumentParser:
                        help="seconds a node's shard leases last unless renewed (default 10): "
                        "how long a dead node's objects wait for another node")
     return p
+
+
+UNSET: Any = object()  # a flag not given: the runtime's own setting stays
+
+
+def retention(kind: Callable[[str], float], unit: str) -> Callable[[str], float | None]:
+    """argparse type of an audit retention: a positive number of `unit`, or 'off'."""
+    def parse(text: str) -> float | None:
+        if text.strip().lower() == "off":
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"a positive number of {unit}, or off, not {text}")
+        return value
+    return parse
 
 
 def shard_count(text: str) -> int:
@@ -399,6 +423,11 @@ def serve_main(argv: list[str]) -> int:
 
     async def run() -> None:
         rt = await build_runtime(lambda d: call_factory(factory, d, backend), args.data_dir)
+        if args.audit_retention_days is not UNSET or args.audit_max_rows is not UNSET:
+            keep = rt.audit.retention
+            rt.audit.retain(
+                keep.days if args.audit_retention_days is UNSET else args.audit_retention_days,
+                keep.rows if args.audit_max_rows is UNSET else args.audit_max_rows)
         if await serve_forever(rt, args.data_dir, args.host, args.port, tls,
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,
