@@ -37,6 +37,6 @@ def daemon_connection(path: Path, busy_timeout_s: float) -> aiosqlite.Connection
 
 async def on_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
     """`fn(raw connection)` on the connection's own thread, in order with its other work."""
-    run: Any = conn._execute  # noqa: SLF001 - see the module's docs
-    result: T = await run(lambda: fn(conn._conn))  # noqa: SLF001
+    run: Any = conn._execute
+    result: T = await run(lambda: fn(conn._conn))
     return result
