@@ -31,7 +31,13 @@ from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
-from alarmtop.core.storage.postgres.schema import SCHEMA, check_shards, cluster_secret, migrate
+from alarmtop.core.storage.postgres.schema import (
+    SCHEMA,
+    check_shards,
+    cluster_secret,
+    install_id,
+    migrate,
+)
 from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -143,6 +149,7 @@ class PostgresBackend(BackendStores):
         self._drain: Callable[[set[int]], Awaitable[None]] | None = None
         self.address: str | None = None  # where other nodes reach this one
         self.cluster_secret = ""
+        self.install_id = ""  # the database's own id (names objects' roles)
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[leases.NodeRow] = []
         # This process, as the node `node_id` (`nodes.incarnation`): another process
@@ -202,6 +209,7 @@ class PostgresBackend(BackendStores):
                 await migrate(conn)
                 await check_shards(conn, self.shards)
                 self.cluster_secret = await cluster_secret(conn)
+                self.install_id = await install_id(conn)
                 await check_node_id(conn, self.node_id, self.incarnation, self.address,
                                     self.lease_ms, wall_ms())
             await self.keep_leases_once()
@@ -269,7 +277,7 @@ class PostgresBackend(BackendStores):
                           intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
         key = (object_class, object_name)
         return await PgObjectStore.open(self._require_pool(), key, create, intent,
-                                        self.shard_of(key), self.fence)
+                                        self.shard_of(key), self.fence, self.install_id)
 
     async def count_objects(self) -> int:
         return await self._alarm_rows.count_objects()

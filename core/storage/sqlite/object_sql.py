@@ -106,8 +106,8 @@ def refusal(action: int, arg1: str | None, arg2: str | None) -> str | None:
     if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() == "load_extension":
         return "load_extension() is refused in an object's SQL"
     if action in _NAMED:
-        for name in (arg1, arg2):
-            if name is not None and name.lower().startswith(RUNTIME_PREFIX):
-                return (f"{name} is the runtime's own table: an object's SQL may not "
+        for table in (arg1, arg2):
+            if table is not None and table.lower().startswith(RUNTIME_PREFIX):
+                return (f"{table} is the runtime's own table: an object's SQL may not "
                         f"use it (ctx.storage's key-value and alarm calls do)")
     return None
