@@ -11,13 +11,14 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
@@ -26,6 +27,7 @@ from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
+from alarmtop.core.storage.postgres.event_pool import EventConnections
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
 ObjectKey = tuple[str, str]
 DEFAULT_POOL = 20
+RUNTIME_POOL = 6  # the runtime's own reads: the alarm index, listings, owners, faults
 # Told (gained, lost) when the shards this node holds change.
 ShardListener = Callable[[set[int], set[int]], None]
 log = logging.getLogger("alarmtop.fleet")
@@ -113,7 +116,10 @@ class PostgresBackend(BackendStores):
         shards: how many shards objects hash to (stored in the database at first start;
             a node started with another count refuses to start).
         lease_s: how long a shard lease lasts unless renewed.
-        pool_size: connections for reads and object events.
+        pool_size: connections for objects' events (an event holds one from its first
+            storage call to its commit); when all are held, up to as many more are
+            opened for the events that wait. The runtime's own reads and writes have
+            connections of their own, and the lease keeper one of its own.
         node_host: the address this node listens on for other nodes' calls (a free
             port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
     """
@@ -138,7 +144,10 @@ class PostgresBackend(BackendStores):
         self.lease_s = float(lease_s)
         self.pool_size = pool_size
         self.node_host = node_host
-        self._pool: asyncpg.Pool | None = None
+        self._pool: asyncpg.Pool | None = None  # the runtime's own reads (never events')
+        self._events: EventConnections | None = None  # objects' events
+        self._lease_conn: PgConn | None = None  # the lease keeper's: never waits for a pool
+        self._lease_lock = asyncio.Lock()
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (wall ms) each held lease runs, as this node last wrote it: past
         # it (less a margin), other nodes may claim the shard, so this one runs nothing
@@ -198,12 +207,21 @@ class PostgresBackend(BackendStores):
     async def open(self) -> None:
         asyncpg = _asyncpg()
         try:
-            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=1,
+                                                   max_size=min(self.pool_size, RUNTIME_POOL),
                                                    reset=_keep_session)
         except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
             raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
                                "check the DSN, that the "
                                "server runs, and the password (PGPASSFILE)") from exc
+        try:
+            events = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+                                               reset=_keep_session)
+            self._events = EventConnections(events, self._event_connect, self.pool_size)
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
         try:
             async with self._pool.acquire() as conn:
                 await migrate(conn)
@@ -217,8 +235,42 @@ class PostgresBackend(BackendStores):
         except BaseException:
             await self._pool.close()
             self._pool = None
+            await self._close_events()
             raise
         self._tasks.spawn(self._keep_leases(), name="pg-leases")
+
+    async def _event_connect(self) -> PgConn:
+        conn: PgConn = await _asyncpg().connect(self.dsn)
+        return conn
+
+    async def _close_events(self) -> None:
+        events, self._events = self._events, None
+        lease, self._lease_conn = self._lease_conn, None
+        if lease is not None:
+            lease.terminate()
+        if events is None:
+            return
+        events.terminate()
+        try:
+            await asyncio.wait_for(events.pool.close(), 5.0)
+        except (TimeoutError, Exception):
+            events.pool.terminate()
+
+    @contextlib.asynccontextmanager
+    async def _lease_keeper(self) -> AsyncIterator[PgConn]:
+        """The lease keeper's own connection: renewals never wait behind a pool that
+        slow events hold. Made again after a round that failed on it."""
+        self._require_pool()
+        async with self._lease_lock:  # one round at a time on it
+            conn = self._lease_conn
+            if conn is None or conn.is_closed():
+                conn = self._lease_conn = await _asyncpg().connect(self.dsn)
+            try:
+                yield conn
+            except BaseException:
+                self._lease_conn = None
+                conn.terminate()
+                raise
 
     def bind(self, on_change: ShardListener, address: str | None = None,
              drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
@@ -243,6 +295,9 @@ class PostgresBackend(BackendStores):
             self._db.cut_off()
             if pool is not None:
                 pool.terminate()
+            if self._events is not None:
+                self._events.terminate()
+                self._events.pool.terminate()
             raise
 
     async def _close(self) -> None:
@@ -270,13 +325,16 @@ class PostgresBackend(BackendStores):
                 await asyncio.wait_for(pool.close(), 5.0)
             except (TimeoutError, Exception):
                 pool.terminate()
+        await self._close_events()
         self.epochs.clear()
         self._valid_until.clear()
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
                           intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
         key = (object_class, object_name)
-        return await PgObjectStore.open(self._require_pool(), key, create, intent,
+        self._require_pool()
+        assert self._events is not None
+        return await PgObjectStore.open(self._events, key, create, intent,
                                         self.shard_of(key), self.fence, self.install_id)
 
     async def count_objects(self) -> int:
@@ -320,8 +378,7 @@ class PostgresBackend(BackendStores):
         until = now + self.lease_ms
         if self.displaced:
             return
-        pool = self._require_pool()
-        async with pool.acquire() as conn:
+        async with self._lease_keeper() as conn:
             async with conn.transaction():
                 # The node's row is this process's from its first round on (`open`
                 # checked that no other process answers as this node); at a later

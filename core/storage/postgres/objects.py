@@ -27,6 +27,7 @@ from alarmtop.core.model.errors import SqlError, StorageError
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.errors import storage_error, unreachable
+from alarmtop.core.storage.postgres.event_pool import EventConnections
 from alarmtop.core.storage.postgres.object_sql import (
     inner_statement,
     placeholders,
@@ -41,9 +42,7 @@ from alarmtop.core.storage.postgres.object_sql import (
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
-    import asyncpg
-
-    from alarmtop.core.storage.postgres.database import PgConn, PooledConn
+    from alarmtop.core.storage.postgres.database import PgConn
 
 ObjectKey = tuple[str, str]
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
@@ -82,7 +81,7 @@ def schema_name(key: ObjectKey) -> str:
 class PgObjectStore:
     """`ObjectStore` for one object on PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool, key: ObjectKey, intent: tuple[int, int | None],
+    def __init__(self, pool: EventConnections, key: ObjectKey, intent: tuple[int, int | None],
                  shard: int, fence: Fence | None, install: str = "") -> None:
         self._pool = pool
         self._key = key
@@ -93,12 +92,12 @@ class PgObjectStore:
         self._role = role_name(install, key)
         self._intent = intent
         self._pending_intent: tuple[int, int | None] | None = None
-        self._conn: PooledConn | None = None
+        self._conn: PgConn | None = None
         self._schema_ready = False  # made and on the search path in this transaction
         self._savepoints = 0
 
     @classmethod
-    async def open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
+    async def open(cls, pool: EventConnections, key: ObjectKey, create: bool,
                    intent: tuple[int, int | None], shard: int, fence: Fence | None,
                    install: str = "") -> PgObjectStore | None:
         """The object's storage; None when it has none and `create` is false. A new
@@ -112,10 +111,11 @@ class PgObjectStore:
                                 "opening the object's storage") from exc
 
     @classmethod
-    async def _open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
+    async def _open(cls, pool: EventConnections, key: ObjectKey, create: bool,
                     intent: tuple[int, int | None], shard: int, fence: Fence | None,
                     install: str) -> PgObjectStore | None:
-        async with pool.acquire() as conn:
+        conn = await pool.acquire()
+        try:
             row = await conn.fetchrow(f"SELECT gen, at_ms FROM {SCHEMA}.object_intents WHERE "
                                       "object_class = $1 AND object_name = $2", *key)
             if row is None:
@@ -129,6 +129,8 @@ class PgObjectStore:
                 found = intent
             else:
                 found = (int(row[0]), row[1])
+        finally:
+            await pool.release(conn)
         return cls(pool, key, found, shard, fence, install)
 
     # -- the event's transaction ----------------------------------------------------------
