@@ -17,12 +17,13 @@ from tests.conftest import START_MS
 
 POOL = 3
 PROMPT_S = 5.0  # generous on a loaded machine; the starved call waited forever
+Began = asyncio.Queue[str]  # the slow events that hold their connection
 
 
 class Slow(DurableObject):
     async def hold(self) -> None:
         await self.ctx.storage.put("began", True)  # takes an event connection
-        self.env.append(self.ctx.id)
+        self.env.put_nowait(self.ctx.id)
         await self.ctx.sleep(3600)  # a virtual hour the test never lets pass
 
     async def ping(self) -> str:
@@ -31,8 +32,8 @@ class Slow(DurableObject):
 
 
 @pytest.fixture
-async def rt(pg_dsn: str) -> AsyncIterator[tuple[Runtime, PostgresBackend, list[str]]]:
-    began: list[str] = []
+async def rt(pg_dsn: str) -> AsyncIterator[tuple[Runtime, PostgresBackend, Began]]:
+    began: Began = asyncio.Queue()
     backend = PostgresBackend(pg_dsn, shards=8, pool_size=POOL)
     runtime = Runtime(backend=backend, clock=VirtualClock(START_MS), env=began)
     runtime.register(Slow)
@@ -41,14 +42,14 @@ async def rt(pg_dsn: str) -> AsyncIterator[tuple[Runtime, PostgresBackend, list[
 
 
 async def test_other_calls_and_the_runtime_go_on_while_slow_events_hold_every_connection(
-        rt: tuple[Runtime, PostgresBackend, list[str]]) -> None:
+        rt: tuple[Runtime, PostgresBackend, Began]) -> None:
     runtime, backend, began = rt
     holds = [asyncio.create_task(runtime.get(Slow, f"slow-{i}").hold())
              for i in range(POOL + 1)]
     try:
         async with asyncio.timeout(60):
-            while len(began) < POOL + 1:
-                await asyncio.sleep(0.01)
+            for _ in range(POOL + 1):
+                await began.get()
         # Every pooled event connection is held, and one more.
         async with asyncio.timeout(PROMPT_S):
             assert await runtime.get(Slow, "fast").ping() == "pong"
@@ -64,7 +65,7 @@ async def test_other_calls_and_the_runtime_go_on_while_slow_events_hold_every_co
 
 
 async def test_the_overflow_is_bounded_and_given_back(
-        rt: tuple[Runtime, PostgresBackend, list[str]]) -> None:
+        rt: tuple[Runtime, PostgresBackend, Began]) -> None:
     """Past the pool and as many again, an event waits its turn; the connections opened
     for the waiting ones are closed after their commits."""
     runtime, backend, began = rt
@@ -74,8 +75,8 @@ async def test_the_overflow_is_bounded_and_given_back(
              for i in range(2 * POOL)]
     try:
         async with asyncio.timeout(60):
-            while len(began) < 2 * POOL:
-                await asyncio.sleep(0.01)
+            for _ in range(2 * POOL):
+                await began.get()
         assert events.extra == POOL
         waiting = asyncio.create_task(runtime.get(Slow, "late").ping())
         await asyncio.sleep(1.0)

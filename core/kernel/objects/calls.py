@@ -120,8 +120,8 @@ class ObjectCalls:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
-        value, error, _ = await self._host.run_event((class_name, name), body,
-                                                     self._kind(method, "a call to {}()"))
+        value, error, _ = await self._host.run_event(
+            (class_name, name), body, self._kind(method, "a call to {}()", class_name))
         if error is not None:
             raise _raisable(error, class_name, name, method)  # its writes are kept
         return json_copy(value, f"the result of {class_name}.{method}")
@@ -168,12 +168,14 @@ class ObjectCalls:
         if error is not None:
             raise _raisable(error, class_name, name, method)
 
-    def _kind(self, method: str, what: str) -> EventKind:
-        kind = self._kinds.get(method)
+    def _kind(self, method: str, what: str, class_name: str | None = None) -> EventKind:
+        cls = None if class_name is None else self._classes.by_name.get(class_name)
+        interrupts = cls is not None and method in getattr(cls, "interrupts_alarm_for", ())
+        kind = self._kinds.get(f"{method}!" if interrupts else method)
         if kind is None:
             event = "socket" if method in RESERVED else "call"
-            kind = self._kinds[method] = Call("handling " + what.format(method), method,
-                                              event)
+            kind = Call("handling " + what.format(method), method, event, interrupts)
+            self._kinds[f"{method}!" if interrupts else method] = kind
         return kind
 
 
