@@ -11,14 +11,13 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from alarmtop.core.model import leases
@@ -27,7 +26,7 @@ from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
-from alarmtop.core.storage.postgres.event_pool import EventConnections
+from alarmtop.core.storage.postgres.event_pool import EventConnections, LeaseConnection
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
@@ -146,8 +145,7 @@ class PostgresBackend(BackendStores):
         self.node_host = node_host
         self._pool: asyncpg.Pool | None = None  # the runtime's own reads (never events')
         self._events: EventConnections | None = None  # objects' events
-        self._lease_conn: PgConn | None = None  # the lease keeper's: never waits for a pool
-        self._lease_lock = asyncio.Lock()
+        self._lease = LeaseConnection(dsn)  # the lease keeper's: never waits for a pool
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (wall ms) each held lease runs, as this node last wrote it: past
         # it (less a margin), other nodes may claim the shard, so this one runs nothing
@@ -215,9 +213,7 @@ class PostgresBackend(BackendStores):
                                "check the DSN, that the "
                                "server runs, and the password (PGPASSFILE)") from exc
         try:
-            events = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
-                                               reset=_keep_session)
-            self._events = EventConnections(events, self._event_connect, self.pool_size)
+            self._events = await EventConnections.open(self.dsn, self.pool_size, _keep_session)
         except BaseException:
             await self._pool.close()
             self._pool = None
@@ -239,38 +235,11 @@ class PostgresBackend(BackendStores):
             raise
         self._tasks.spawn(self._keep_leases(), name="pg-leases")
 
-    async def _event_connect(self) -> PgConn:
-        conn: PgConn = await _asyncpg().connect(self.dsn)
-        return conn
-
     async def _close_events(self) -> None:
+        self._lease.terminate()
         events, self._events = self._events, None
-        lease, self._lease_conn = self._lease_conn, None
-        if lease is not None:
-            lease.terminate()
-        if events is None:
-            return
-        events.terminate()
-        try:
-            await asyncio.wait_for(events.pool.close(), 5.0)
-        except (TimeoutError, Exception):
-            events.pool.terminate()
-
-    @contextlib.asynccontextmanager
-    async def _lease_keeper(self) -> AsyncIterator[PgConn]:
-        """The lease keeper's own connection: renewals never wait behind a pool that
-        slow events hold. Made again after a round that failed on it."""
-        self._require_pool()
-        async with self._lease_lock:  # one round at a time on it
-            conn = self._lease_conn
-            if conn is None or conn.is_closed():
-                conn = self._lease_conn = await _asyncpg().connect(self.dsn)
-            try:
-                yield conn
-            except BaseException:
-                self._lease_conn = None
-                conn.terminate()
-                raise
+        if events is not None:
+            await events.close()
 
     def bind(self, on_change: ShardListener, address: str | None = None,
              drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
@@ -295,6 +264,7 @@ class PostgresBackend(BackendStores):
             self._db.cut_off()
             if pool is not None:
                 pool.terminate()
+            self._lease.terminate()
             if self._events is not None:
                 self._events.terminate()
                 self._events.pool.terminate()
@@ -378,7 +348,8 @@ class PostgresBackend(BackendStores):
         until = now + self.lease_ms
         if self.displaced:
             return
-        async with self._lease_keeper() as conn:
+        self._require_pool()
+        async with self._lease.use() as conn:
             async with conn.transaction():
                 # The node's row is this process's from its first round on (`open`
                 # checked that no other process answers as this node); at a later

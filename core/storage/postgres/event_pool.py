@@ -8,13 +8,14 @@ keeper. Now events draw from a pool of their own (`size`); when every one of the
 is held for longer than `patience_s`, a waiting event opens a connection of its own
 (closed after its commit), up to `overflow` of them at once: slow events cannot
 starve the others short of that bound, and never the runtime's own work, which
-has a pool (and the lease keeper a connection) of its own.
+has a pool (and the lease keeper a connection, `LeaseConnection`) of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -23,8 +24,23 @@ if TYPE_CHECKING:
 PATIENCE_S = 0.2  # how long an event waits for a pooled connection before opening one
 
 
+def _asyncpg() -> Any:
+    import asyncpg
+    return asyncpg
+
+
 class EventConnections:
     """A pool with a bounded overflow, for objects' events (`acquire`, `release`)."""
+
+    @classmethod
+    async def open(cls, dsn: str, size: int, reset: Callable[[Any], Awaitable[None]]
+                   ) -> EventConnections:
+        """`size` pooled connections, and as many more at most when they are all held."""
+        pool = await _asyncpg().create_pool(dsn, min_size=1, max_size=size, reset=reset)
+
+        async def connect() -> Any:
+            return await _asyncpg().connect(dsn)
+        return cls(pool, connect, size)
 
     def __init__(self, pool: asyncpg.Pool, connect: Callable[[], Awaitable[Any]],
                  overflow: int, patience_s: float = PATIENCE_S) -> None:
@@ -68,3 +84,38 @@ class EventConnections:
         for conn in list(self._extra):
             conn.terminate()
         self._extra.clear()
+
+    async def close(self) -> None:
+        self.terminate()
+        try:
+            await asyncio.wait_for(self.pool.close(), 5.0)
+        except (TimeoutError, Exception):
+            self.pool.terminate()
+
+
+class LeaseConnection:
+    """The lease keeper's own connection: renewals never wait behind a pool that slow
+    events hold. Made again after a round that failed on it; one round at a time."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._conn: Any = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def use(self) -> AsyncIterator[Any]:
+        async with self._lock:
+            conn = self._conn
+            if conn is None or conn.is_closed():
+                conn = self._conn = await _asyncpg().connect(self._dsn)
+            try:
+                yield conn
+            except BaseException:
+                self._conn = None
+                conn.terminate()
+                raise
+
+    def terminate(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
