@@ -68,6 +68,9 @@ class AuditLog:
             gone, over = gone + n, over - n
         cutoff = keep.cutoff_ms(self._clock.now_ms())
         while cutoff is not None:
+            oldest = await store.audit_page(None, 1, desc=False)
+            if not oldest or oldest[0]["at_ms"] >= cutoff:
+                break  # nothing old enough: no write at all
             n = await store.audit_prune(PRUNE_CHUNK, cutoff)
             gone += n
             if n == 0:

@@ -30,6 +30,7 @@ async def targets(rt: Runtime) -> list[str]:
 async def test_the_cap_keeps_the_newest_rows(make_runtime: RuntimeFactory,
                                              clock: VirtualClock) -> None:
     rt = await make_runtime(audit_max_rows=5)
+    await clock.advance(0)  # the prune at start has run
     await write(rt, 12)
     assert await rt.backend.audit_rows.audit_count() == 12
     await clock.advance(3600)  # the hourly prune
@@ -40,6 +41,7 @@ async def test_the_cap_keeps_the_newest_rows(make_runtime: RuntimeFactory,
 async def test_rows_older_than_the_retention_go(make_runtime: RuntimeFactory,
                                                 clock: VirtualClock) -> None:
     rt = await make_runtime(audit_retention_days=1)
+    await clock.advance(0)  # the prune at start has run
     await write(rt, 3)
     await clock.advance(20 * 3600)
     await write(rt, 2, first=3)
@@ -50,9 +52,11 @@ async def test_rows_older_than_the_retention_go(make_runtime: RuntimeFactory,
     assert await rt.audit.count() == 0
 
 
-async def test_pruning_goes_a_chunk_at_a_time(make_runtime: RuntimeFactory) -> None:
+async def test_pruning_goes_a_chunk_at_a_time(make_runtime: RuntimeFactory,
+                                             clock: VirtualClock) -> None:
     """More than a chunk over the cap: every row over it goes, in several writes."""
     rt = await make_runtime(audit_max_rows=10, audit_retention_days=None)
+    await clock.advance(0)  # the prune at start has run
     entries = PRUNE_CHUNK + 25
     for i in range(entries):
         await rt.audit.record("tester", "rearm", f"C/{i}")
