@@ -39,7 +39,7 @@ def operator_ops(field: type[Field]) -> Spec:
         "bulk_start": (True, {"action": field(str), "selection": field(dict, False),
                               "keys": field(list, False), "kind": opt_str,
                               "max_in_flight": field(int, False), "at_ms": field(int, False),
-                              "note": opt_str, "reason": opt_str}),
+                              "note": opt_str, "reason": opt_str, "token": opt_str}),
         "bulk_cancel": (True, {"batch_id": field(str), "reason": opt_str}),
         "timers": (False, {"limit": field(int, False), "after": field(list, False)}),
         "bulk": (False, {"batch_id": field(str)}),
@@ -167,7 +167,8 @@ class OperatorTools:
         batch_id = await self.rt.bulk.start(
             args["action"], args.get("selection"), args.get("keys"), kind=args.get("kind"),
             max_in_flight=args.get("max_in_flight"), reason=args.get("reason"),
-            note=args.get("note"), at_ms=args.get("at_ms"), actor=actor, role=role)
+            note=args.get("note"), at_ms=args.get("at_ms"), actor=actor, role=role,
+            token=args.get("token"))
         return await self.rt.bulk.get(batch_id)
 
     async def _bulk_cancel(self, args: dict[str, Any], actor: str, role: str) -> Any:
