@@ -34,6 +34,7 @@ from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.kernel.supervisor import Supervisor, bounded, tracker_of
+from alarmtop.core.kernel.watchdog import DEFAULT_THRESHOLD_S, LoopWatchdog
 from alarmtop.core.model.alarm_policy import DEFAULT_KEEP, RetryPolicy
 from alarmtop.core.model.audit_retention import DEFAULT_DAYS, DEFAULT_ROWS, AuditRetention
 from alarmtop.core.model.errors import InvalidArgument
@@ -81,6 +82,8 @@ class Runtime:
             operator command; `add_plugin()` adds more.
         audit_retention_days: audit rows older than this are pruned (None: kept).
         audit_max_rows: at most this many audit rows are kept, the newest (None: no cap).
+        blocked_loop_s: a handler that holds the event loop this long is named in the log
+            (a watchdog thread; None: no watchdog).
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -96,7 +99,8 @@ class Runtime:
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
                  keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
                  plugins: Iterable[Any] = (), audit_retention_days: float | None = DEFAULT_DAYS,
-                 audit_max_rows: int | None = DEFAULT_ROWS) -> None:
+                 audit_max_rows: int | None = DEFAULT_ROWS,
+                 blocked_loop_s: float | None = DEFAULT_THRESHOLD_S) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -105,6 +109,7 @@ class Runtime:
         self.env = env
         self.max_resident = max_resident
         self.abandoned: list[str] = []  # what the last stop() left behind
+        self.watchdog = LoopWatchdog(blocked_loop_s)  # names a handler that blocks the loop
         self._state = RunState()
         self.events = EventBus(self.clock)
         self.hooks = Hooks(plugins)
@@ -298,6 +303,7 @@ class Runtime:
             await node.join()
         self.tasks.reopen()
         self._state.running = True
+        self.watchdog.start()
         await self.scheduler.start(self._dispatcher)
         self.host.start()
         self._cron.start()
@@ -355,6 +361,7 @@ class Runtime:
         if self.node is not None:
             await step("node calls", self.node.leave())
         await step("storage", self.backend.close())
+        self.watchdog.stop()
 
     async def __aenter__(self) -> Runtime:
         await self.start()

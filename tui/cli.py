@@ -386,6 +386,7 @@ def serve_main(argv: list[str]) -> int:
     from alarmtop.server.guard import check_bind
     from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
+        STOP_S,
         ServeError,
         build_runtime,
         check_data_dir,
@@ -432,7 +433,8 @@ def serve_main(argv: list[str]) -> int:
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,
                                command_timeout_s=args.command_timeout or DEADLINE_S,
-                               metrics_token=metrics_token):
+                               metrics_token=metrics_token,
+                               on_signal=lambda: rt.watchdog.exit_within(STOP_S - 0.1)):
             # A task ignored its cancellation: the loop's close would wait for it forever.
             leave_now(0, abandoned=True)
 

@@ -34,10 +34,26 @@ class Quitter(DurableObject):
         print(RETRIED, file=sys.stderr, flush=True)
 
 
+class Hog(DurableObject):
+    """An alarm handler that blocks the event loop for a minute."""
+
+    async def arm(self, delay_ms: int) -> None:
+        await self.ctx.storage.set_alarm(self.ctx.now_ms() + delay_ms)
+
+    async def alarm(self, info: AlarmInfo) -> None:
+        if info.retry_count == 0:
+            print(HOGGING, file=sys.stderr, flush=True)
+            time.sleep(60)  # noqa: ASYNC251 - the mistake under test
+
+
+HOGGING = "hog: blocking the loop"
+
+
 def build_runtime(data_dir: Path) -> Runtime:
     from alarmtop.core import RetryPolicy
     rt = Runtime(data_dir, retry_policy=RetryPolicy(initial_delay_s=0.1))
     rt.register(Quitter)
+    rt.register(Hog)
     return rt
 
 
@@ -149,3 +165,36 @@ def test_the_audit_retention_flags() -> None:
                 ["--audit-max-rows", "-3"], ["--audit-retention-days", "soon"]):
         with pytest.raises(SystemExit):
             parser.parse_args(["--demo", *bad])
+
+
+def test_sigterm_ends_serve_within_2_s_while_a_handler_blocks_the_loop(tmp_path: Path) -> None:
+    """The loop never sees the signal: the exit promise is kept by the watchdog thread,
+    which names the handler holding the loop."""
+    import signal
+    data, log = tmp_path / "data", tmp_path / "serve.log"
+
+    async def arm() -> None:
+        async with build_runtime(data) as rt:
+            await rt.get(Hog, "h").arm(1500)
+    asyncio.run(arm())
+    proc = serve(data, log)
+    try:
+        wait_for(log, proc, HOGGING)
+        time.sleep(0.3)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=RUN_S)
+        took = time.monotonic() - began
+    finally:
+        stop(proc)
+    text = log.read_text()
+    print(f"\nalarmtop serve ended {took * 1000:.0f} ms after SIGTERM, its loop blocked")
+    assert code == 0, text
+    assert took < 3 * 2.0, (took, text)
+    assert "held by Hog/h.alarm() at" in text, text
+
+    async def after() -> None:  # the attempt cut off is retried, as after a crash
+        async with build_runtime(data) as rt:
+            status = await rt.alarm(Hog, "h")
+            assert status is not None and status.state in ("retrying", "running"), status
+    asyncio.run(after())
