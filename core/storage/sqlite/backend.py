@@ -28,6 +28,7 @@ from alarmtop.core.model.object_names import (
     object_file_name,
 )
 from alarmtop.core.storage.backend_stores import BackendStores
+from alarmtop.core.storage.sqlite import index_check
 from alarmtop.core.storage.sqlite.alarm_rows import AlarmRowWriter, SqliteAlarmRows
 from alarmtop.core.storage.sqlite.audit_rows import SqliteAuditRows
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S, SqliteDatabase
@@ -83,6 +84,7 @@ class SqliteBackend(BackendStores):
         super().__init__(self._db, self._alarm_rows, self._executions, self._audit,
                          self._operator)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
+        self.restored: dict[str, Any] | None = None  # what the check after an unclean stop found
         self._lock = FolderLock(self.data_dir)  # held while open: one runtime per folder
 
 
@@ -128,6 +130,11 @@ class SqliteBackend(BackendStores):
                 log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: "
                           f"{upgraded['renamed']} renamed, {upgraded['listed']} listed",
                           event="storage.upgraded", **upgraded)
+        # Not closed cleanly (a crash, a copy taken while running, a lost -wal file): the
+        # index is checked against the objects' files before anything reads it.
+        if not await self._db.run(lambda: index_check.was_clean(self._db.conn)):
+            self.restored = await index_check.restore_lost(self._db, self.data_dir)
+        await self._db.run(lambda: index_check.mark(self._db.conn, clean=False))
 
     def _has_data(self) -> str | None:
         """Why the folder is known to hold alarmtop data (None: it is new)."""
@@ -170,6 +177,12 @@ class SqliteBackend(BackendStores):
 
     async def close(self) -> None:
         try:
+            try:
+                await self._db.run(lambda: index_check.mark(self._db.conn, clean=True))
+            except Exception as exc:  # the next start checks the index: nothing is lost
+                log_event(STORAGE_LOG, logging.WARNING, f"the runtime database could not be "
+                          f"marked as closed cleanly ({exc}); the next start checks the "
+                          "alarm index against the objects' files", event="storage.unclean")
             await self._db.close()
         finally:
             self._lock.release()
