@@ -36,7 +36,7 @@ PRAGMAS_WITH_ARGUMENT = frozenset({
     "foreign_key_list", "foreign_key_check", "integrity_check", "quick_check",
     "foreign_keys", "defer_foreign_keys", "recursive_triggers", "case_sensitive_like",
     "reverse_unordered_selects", "automatic_index", "user_version", "application_id",
-    "cache_size", "optimize",
+    "cache_size", "optimize", "busy_timeout",
 })
 # Refused even bare: they act rather than read.
 PRAGMAS_THAT_ACT = frozenset({"wal_checkpoint", "incremental_vacuum", "shrink_memory",
