@@ -312,6 +312,15 @@ class AuditRows(Protocol):
         """Audit rows by key (cursor ``(seq,)``), the newest first unless not `desc`."""
         ...
 
+    async def audit_count(self) -> int:
+        """How many rows the log holds now (old ones are pruned: see `audit_prune`)."""
+        ...
+
+    async def audit_prune(self, oldest: int, before_ms: int | None = None) -> int:
+        """Delete, of the `oldest` rows (by `seq`), those written before `before_ms`
+        (all of them when None); how many went. One write of the runtime database."""
+        ...
+
 
 class OperatorRows(Protocol):
     """What the operator tools need from storage: paused alarms, the timers board, bulk

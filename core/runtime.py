@@ -35,7 +35,9 @@ from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.kernel.supervisor import Supervisor, bounded, tracker_of
+from alarmtop.core.kernel.watchdog import DEFAULT_THRESHOLD_S, LoopWatchdog
 from alarmtop.core.model.alarm_policy import DEFAULT_KEEP, RetryPolicy
+from alarmtop.core.model.audit_retention import DEFAULT_DAYS, DEFAULT_ROWS, AuditRetention
 from alarmtop.core.model.errors import InvalidArgument
 from alarmtop.core.model.operations import EXECUTION_CLASS
 from alarmtop.core.ops.alarm_actions import AlarmActions
@@ -54,6 +56,8 @@ from alarmtop.core.storage.sqlite.backend import SqliteBackend
 
 log = logging.getLogger("alarmtop.runtime")
 STOP_GRACE_S = 10.0  # how long stop() waits for work that ignores being cancelled
+LEFT_BEHIND = ("stopping the runtime: %s did not stop within the grace; left behind (as "
+               "after a crash, the next start recovers them)")
 # A crashed invocation is retried by the execution's alarm, 1 s later, doubling up to
 # a minute; a long ladder, since each retry usually gets further.
 EXECUTION_RETRIES = RetryPolicy(max_retries=20, initial_delay_s=1.0, max_delay_s=60.0)
@@ -82,6 +86,10 @@ class Runtime:
             event, alarm attempt, execution invocation, operation and step attempt, and
             operator command; `add_plugin()` adds more.
         aws: how the AWS SDK's handlers are served (`AwsOptions`: limits, ARNs, workers).
+        audit_retention_days: audit rows older than this are pruned (None: kept).
+        audit_max_rows: at most this many audit rows are kept, the newest (None: no cap).
+        blocked_loop_s: a handler that holds the event loop this long is named in the log
+            (a watchdog thread; None: no watchdog).
 
     `start()` checks that `max_resident` open databases (3 file descriptors each) and
     the sockets a server reserved (`reserve_descriptors`) fit under the process's
@@ -96,7 +104,10 @@ class Runtime:
                  window_size: int = 10_000, sweep_interval: float = 60.0,
                  backend: StorageBackend | None = None, rng: random.Random | None = None,
                  keep_attempts: int = DEFAULT_KEEP, node_host: str | None = None,
-                 plugins: Iterable[Any] = (), aws: AwsOptions | None = None) -> None:
+                 plugins: Iterable[Any] = (), aws: AwsOptions | None = None,
+                 audit_retention_days: float | None = DEFAULT_DAYS,
+                 audit_max_rows: int | None = DEFAULT_ROWS,
+                 blocked_loop_s: float | None = DEFAULT_THRESHOLD_S) -> None:
         self.clock: Clock = clock or SystemClock()
         # Owns every background task; its busy accounting is the clock's, when the clock
         # keeps one (a virtual clock waits for the runtime to be idle).
@@ -105,6 +116,7 @@ class Runtime:
         self.env = env
         self.max_resident = max_resident
         self.abandoned: list[str] = []  # what the last stop() left behind
+        self.watchdog = LoopWatchdog(blocked_loop_s)  # names a handler that blocks the loop
         self._state = RunState()
         self.events = EventBus(self.clock)
         self.hooks = Hooks(plugins)
@@ -137,7 +149,8 @@ class Runtime:
         self.calls = ObjectCalls(self._classes, self.host, self.hooks, routing, self._state)
 
         # -- durable executions: execution objects share one engine ----------------------
-        self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock)
+        self.audit = AuditLog(self.backend.audit_rows, self.events, self.clock, self.tasks,
+                              AuditRetention(audit_retention_days, audit_max_rows))
         self.ledger = Ledger(self.backend.execution_log, self.events, self.faults, self.clock)
         # The service side of the AWS SDK: the executions of register_lambda's functions.
         self.aws = AwsService(self.clock, self.faults, self.tasks, self._execution_stub, aws)
@@ -179,26 +192,21 @@ class Runtime:
 
         # -- the public API, forwarded to the parts that implement it ----------------------
         self.get = self.calls.get
-        self.socket_route = self.calls.socket_route
-        self.socket_event = self.calls.socket_event
-        self.registered_class = self._classes.registered
-        self.policy_for = self._classes.policy_for
+        self.socket_route, self.socket_event = self.calls.socket_route, self.calls.socket_event
+        self.registered_class, self.policy_for = self._classes.registered, self._classes.policy_for
         self.rearm, self.fire_now = alarms.rearm, alarms.fire_now
-        self.clear_dead_letter = alarms.clear_dead_letter
+        self.clear_dead_letter, self.snooze_alarm = alarms.clear_dead_letter, alarms.snooze_alarm
         self.pause_alarm, self.resume_alarm = alarms.pause_alarm, alarms.resume_alarm
-        self.snooze_alarm = alarms.snooze_alarm
         self.alarms, self.alarm_records = queries.alarms, queries.alarm_records
         self.count_alarms, self.alarm = queries.count_alarms, queries.alarm
         self.dead_letters, self.counters = queries.dead_letters, queries.counters
-        self.alarm_counts = queries.alarm_counts
-        self.near_exhaustion_count = queries.near_exhaustion_count
-        self.near_exhaustion = queries.near_exhaustion
-        self.resident_objects = queries.resident_objects
+        self.alarm_counts, self.near_exhaustion_count = \
+            queries.alarm_counts, queries.near_exhaustion_count
+        self.near_exhaustion, self.nodes = queries.near_exhaustion, queries.nodes
+        self.resident_objects, self.timers = queries.resident_objects, board.timers
         self.objects, self.count_objects = queries.objects, queries.count_objects
         self.execution_page = queries.execution_page
         self.count_executions = queries.count_executions
-        self.nodes = queries.nodes
-        self.timers = board.timers
 
     # -- set-up ---------------------------------------------------------------------------
 
@@ -322,9 +330,11 @@ class Runtime:
         self.tasks.reopen()
         self.aws.reopen()
         self._state.running = True
+        self.watchdog.start()
         await self.scheduler.start(self._dispatcher)
         self.host.start()
         self._cron.start()
+        self.audit.start()
         await self.bulk.resume_open()  # batches a stop or a crash left open run on
 
     async def stop(self, grace_s: float | None = STOP_GRACE_S) -> None:
@@ -361,7 +371,7 @@ class Runtime:
         async def step(what: str, coro: Coroutine[Any, Any, None]) -> None:
             if not await bounded(coro, left()):
                 self.abandoned.append(what)
-                _log_left_behind(what)
+                log.warning(LEFT_BEHIND, what)
 
         await step("cron jobs", self._cron.stop())
         await step("lambda invocations", self.aws.stop())
@@ -379,6 +389,7 @@ class Runtime:
         if self.node is not None:
             await step("node calls", self.node.leave())
         await step("storage", self.backend.close())
+        self.watchdog.stop()
 
     async def __aenter__(self) -> Runtime:
         await self.start()
@@ -387,9 +398,3 @@ class Runtime:
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
         await self.stop()
-
-
-def _log_left_behind(what: str) -> None:
-    log.warning(
-        "stopping the runtime: %s did not stop within the grace; left behind (as after a "
-        "crash, the next start recovers them)", what)

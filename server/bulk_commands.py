@@ -26,7 +26,8 @@ async def bulk_start(services: Services, request: Request) -> Any:
     batch_id = await services.rt.bulk.start(
         args["action"], args.get("selection"), args.get("keys"), kind=args.get("kind"),
         max_in_flight=args.get("max_in_flight"), reason=args.get("reason"),
-        note=args.get("note"), at_ms=args.get("at_ms"), actor=request.actor, role=request.role)
+        note=args.get("note"), at_ms=args.get("at_ms"), actor=request.actor, role=request.role,
+        token=args.get("token"))
     return await services.rt.bulk.get(batch_id)
 
 
@@ -55,7 +56,10 @@ SPECS = [
     command("bulk_start", {"action": Field(str), "selection": Field(dict, False),
                            "keys": Field(list, False), "kind": OPTIONAL_TEXT,
                            "max_in_flight": Field(int, False), "at_ms": Field(int, False),
-                           "note": OPTIONAL_TEXT},
+                           "note": OPTIONAL_TEXT,
+                           # The client's own id for this start: the same token again
+                           # answers with the same batch (a retry after a lost answer).
+                           "token": OPTIONAL_TEXT},
             bulk_start, "start a batch of one action on a selection or on keys",
             audit=Audit.RUNTIME),
     command("bulk_cancel", {"batch_id": Field(str)}, bulk_cancel, "stop a batch",

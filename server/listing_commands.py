@@ -223,8 +223,8 @@ async def execution(services: Services, request: Request) -> Any:
 
 
 async def audit(services: Services, request: Request) -> Any:
-    """The audit log, newest first. It is append-only (AUTOINCREMENT, nothing deletes
-    from it), so its newest row's `seq` is how many rows it holds. A callback's
+    """The audit log, newest first, with how many rows it holds (its retention prunes
+    the oldest, so the newest row's `seq` is no count of them). A callback's
     target is its opaque id: `execution_id` says whose it is, and `target=` of an
     execution finds its callbacks' rows too. By time, by key; filtered or sorted
     by another column, bounded (`MAX_SCAN`): the execution of a callback's id is
@@ -234,8 +234,7 @@ async def audit(services: Services, request: Request) -> Any:
     text, target = args.get("filter"), args.get("target")
     sort, desc = check_sort("audit", args.get("sort")), args.get("desc", True)
     store = services.rt.backend.audit_rows
-    newest = await store.audit_page(None, 1)
-    count = int(newest[0]["seq"]) if newest else 0
+    count = await store.audit_count()
     if keyed_order("audit", sort) is not None and not text and not target:
         after = cursor("audit", "seq", args)
         found = await store.audit_page(after, limit, offset=offset, desc=bool(desc))

@@ -182,12 +182,17 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                         ready: asyncio.Event | None = None, *, insecure_no_tls: bool = False,
                         allow_origins: Iterable[str] = (),
                         command_timeout_s: float = DEADLINE_S,
-                        metrics_token: str | None = None) -> bool:
+                        metrics_token: str | None = None,
+                        on_signal: Callable[[], None] | None = None) -> bool:
     """Serve until SIGINT or SIGTERM, then stop within `STOP_S`; returns whether the
     stop left work behind (see `leave_now`). With `metrics_token`, a scrape of
     /metrics must send it (`Authorization: Bearer <token>`). Raises `ServeError` (or
     `TokenFileError`, `ValueError`, `DescriptorBudget`) with a message for the operator
-    when it cannot start."""
+    when it cannot start.
+
+    `on_signal` is called at the signal itself, in the main thread, even while a
+    handler holds the event loop (which then never sees the signal): `alarmtop serve`
+    arms its exit promise there (`LoopWatchdog.exit_within`)."""
     tokens, new_roles = read_tokens(data_dir)
     server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
                        allow_origins=allow_origins, command_timeout_s=command_timeout_s)
@@ -202,6 +207,11 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+            if on_signal is not None:
+                # The loop learns of the signal from its wakeup pipe, written by the C
+                # handler; the Python one (asyncio's does nothing) runs between any two
+                # bytecodes of the main thread, even when a handler blocks the loop.
+                signal.signal(sig, lambda signum, frame: on_signal())
     try:
         await rt.start()
         try:

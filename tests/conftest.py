@@ -93,11 +93,12 @@ def pg_dsn(request: pytest.FixtureRequest) -> str:
     return cluster.dsn
 
 
-# Drops alarmtop's schema and every object's own schema: the next runtime starts empty.
+# Drops alarmtop's schemas and every object's own schema: the next runtime starts empty.
+# (The objects' roles stay: a new database id names new ones.)
 RESET_SQL = """
 DO $$ DECLARE s text;
 BEGIN
-  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname = 'alarmtop'
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname IN ('alarmtop', 'alarmtop_sql')
            OR nspname LIKE 'obj\\_%' LOOP
     EXECUTE format('DROP SCHEMA %I CASCADE', s);
   END LOOP;

@@ -89,6 +89,7 @@ class Outcome:
     ok: bool
     data: Any = None
     error: str = ""
+    refused: bool = False  # the server (or the console) said no: nothing was done
 
 
 class AlarmtopApp(App[None]):
@@ -331,12 +332,12 @@ class AlarmtopApp(App[None]):
             why = "this console is a viewer's" if self.state.role == "viewer" else (
                 "the console is read-only")
             self._say(f"{VERB.get(op, op)} {target} refused: {why}", "error")
-            return Outcome(False, error=why)
+            return Outcome(False, error=why, refused=True)
         try:
             data = await self.client.request(op, **args)
         except (CommandError, Disconnected, TimeoutError) as exc:
             self._say(f"{VERB.get(op, op)} {target} failed: {exc}", "error")
-            return Outcome(False, error=str(exc))
+            return Outcome(False, error=str(exc), refused=isinstance(exc, CommandError))
         text = said(data) if said is not None else DONE.get(op, op + " {target}").format(
             target=target)
         self._say(text, "information")

@@ -10,7 +10,9 @@ order, so counts never go back and an ended batch never runs again.
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -226,6 +228,20 @@ class BulkBook:
 
     keep: int = 50
     batches: dict[str, Batch] = field(default_factory=dict)
+    # Starts sent without an answer (the connection dropped, the deadline passed while
+    # the server went on): their client token, by what they asked.
+    unanswered: dict[str, str] = field(default_factory=dict)
+
+    def start_token(self, args: dict[str, Any]) -> str:
+        """The client token for a `bulk_start` of `args`: a new one, or the one of the
+        same start sent before without an answer, so that the server answers with that
+        batch (if it began) instead of starting a second one over the same items."""
+        asked = json.dumps(args, sort_keys=True, default=str)
+        return self.unanswered.setdefault(asked, f"console-{uuid.uuid4().hex}")
+
+    def start_answered(self, args: dict[str, Any]) -> None:
+        """The start of `args` was answered (started, or refused): its token is spent."""
+        self.unanswered.pop(json.dumps(args, sort_keys=True, default=str), None)
 
     def apply(self, data: dict[str, Any]) -> Batch | None:
         """Merge an event's data or a `bulk` answer; the batch as it is now."""

@@ -349,6 +349,12 @@ def build_serve_parser() -> argparse.ArgumentParser:
                    help="a file (mode 600) holding the token /metrics then asks for: "
                    "Authorization: Bearer <token> (default: /metrics is open)")
     p.add_argument("--log-json", action="store_true", help="structured logs as JSON lines")
+    p.add_argument("--audit-retention-days", type=retention(float, "days"), default=UNSET,
+                   metavar="DAYS", help="prune audit rows older than this (default: the "
+                   "runtime's, 90; 'off' keeps them whatever their age)")
+    p.add_argument("--audit-max-rows", type=retention(int, "rows"), default=UNSET,
+                   metavar="N", help="keep at most the newest N audit rows (default: the "
+                   "runtime's, 1000000; 'off': no cap)")
     fleet = p.add_argument_group("fleet on PostgreSQL")
     fleet.add_argument("--postgres", metavar="DSN", default=os.environ.get("ALARMTOP_POSTGRES_DSN"),
                        help="run as a node of a fleet on this PostgreSQL (default: "
@@ -375,6 +381,24 @@ def build_serve_parser() -> argparse.ArgumentParser:
     return p
 
 
+UNSET: Any = object()  # a flag not given: the runtime's own setting stays
+
+
+def retention(kind: Callable[[str], float], unit: str) -> Callable[[str], float | None]:
+    """argparse type of an audit retention: a positive number of `unit`, or 'off'."""
+    def parse(text: str) -> float | None:
+        if text.strip().lower() == "off":
+            return None
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"a positive number of {unit}, or off, not {text}")
+        return value
+    return parse
+
+
 def shard_count(text: str) -> int:
     """argparse type of --shards: 1 to 4096."""
     try:
@@ -398,6 +422,7 @@ def serve_main(argv: list[str]) -> int:
     from alarmtop.server.guard import check_bind
     from alarmtop.server.ops import DEADLINE_S
     from alarmtop.server.serve import (
+        STOP_S,
         AppError,
         ServeError,
         build_runtime,
@@ -444,11 +469,17 @@ def serve_main(argv: list[str]) -> int:
 
     async def run() -> None:
         rt = await build_runtime(lambda d: call_factory(factory, d, backend), args.data_dir)
+        if args.audit_retention_days is not UNSET or args.audit_max_rows is not UNSET:
+            keep = rt.audit.retention
+            rt.audit.retain(
+                keep.days if args.audit_retention_days is UNSET else args.audit_retention_days,
+                keep.rows if args.audit_max_rows is UNSET else args.audit_max_rows)
         if await serve_forever(rt, args.data_dir, args.host, args.port, tls,
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,
                                command_timeout_s=args.command_timeout or DEADLINE_S,
-                               metrics_token=metrics_token):
+                               metrics_token=metrics_token,
+                               on_signal=lambda: rt.watchdog.exit_within(STOP_S - 0.1)):
             # A task ignored its cancellation: the loop's close would wait for it forever.
             leave_now(0, abandoned=True)
 

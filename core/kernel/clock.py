@@ -114,13 +114,24 @@ class Deadlines:
 class Limit:
     """One task's place in `Deadlines`; a context manager for the block it limits."""
 
-    __slots__ = ("_owner", "expired", "task", "when_ms")
+    __slots__ = ("_owner", "expired", "interrupted", "task", "when_ms")
 
     def __init__(self, owner: Deadlines, task: asyncio.Task[Any] | None, when_ms: int) -> None:
         self._owner = owner
         self.task: asyncio.Task[Any] | None = task
         self.when_ms = when_ms
         self.expired = False
+        self.interrupted: str | None = None  # why it was ended before its time
+
+    def interrupt(self, why: str) -> bool:
+        """End the block now, as if its time had come (`interrupted` says why); False
+        when it has ended already."""
+        task = self.task
+        if task is None or task.done() or self.expired:
+            return False
+        self.expired, self.interrupted = True, why
+        task.cancel()
+        return True
 
     def __enter__(self) -> Limit:
         return self

@@ -112,7 +112,9 @@ class CronRunner:
                     await result
                 job.runs += 1
                 self._events.emit("cron.fired", {"name": job.name, "expression": job.expression})
-            except Exception as exc:
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # SystemExit too: the job's failure, not the process's
                 job.failures += 1
                 error = f"{type(exc).__name__}: {exc}"
                 log_event(RUNTIME_LOG, logging.ERROR, f"cron job {job.name} ({job.expression}) "

@@ -185,3 +185,48 @@ def plan_change(key: AlarmKey, current: AlarmRecord | None, new: Intent,
     before = None if due is not None and due <= new.at_ms else alarm_policy.hint(current, new.at_ms,
                                                                       new.gen, in_file)
     return CommitPlan(before, fresh)
+
+
+def index_behind(intent: Intent, rec: AlarmRecord | None) -> bool:
+    """Whether the index is later than the object's own intent: the alarm the object
+    asks for is missing from it, or its row would fire later than asked (or never).
+
+    While its writes land the index is never later than the truth (see the module's
+    docs): this is damage (a lost or damaged write-ahead log, a backup restored without
+    it), found at start or when the object wakes. A row written ahead of a commit, a
+    hint, or an early row are not: the dispatcher reconciles those when they fall due."""
+    if intent.at_ms is None:
+        return False
+    if rec is None:
+        return True
+    if rec.gen >= intent.gen:
+        return False
+    if rec.hint_ms is not None and rec.hint_gen >= intent.gen and rec.hint_ms <= intent.at_ms:
+        return False
+    due = rec.due_ms
+    return due is None or due > intent.at_ms
+
+
+def restore(key: AlarmKey, intent: Intent, rec: AlarmRecord | None) -> Transition:
+    """The row the index lost, made again from the object's intent (a pause the row
+    carried stays); announced as `alarm.restored`."""
+    assert intent.at_ms is not None
+    fresh = alarm_policy.set_alarm(key, intent.at_ms, intent.gen, True).record
+    assert fresh is not None
+    if rec is not None and rec.paused_ms is not None:
+        fresh = fresh._replace(paused_ms=rec.paused_ms)
+    return Transition(fresh, (ann("alarm.restored", fresh, gen=intent.gen,
+                                  at_ms=intent.at_ms, lost=rec is None),))
+
+
+def consumed(intent: Intent, rec: AlarmRecord | None) -> Intent | None:
+    """The intent an alarm attempt that succeeded leaves in the object's file, when the
+    alarm it served is over (None: the file already says no alarm). A file that still
+    asked for an alarm carried out would bring it back if the index were ever
+    re-derived from the files; the next generation says it is done."""
+    if intent.at_ms is None:
+        return None
+    gen = intent.gen + 1
+    if rec is not None:
+        gen = max(gen, rec.gen + 1, rec.hint_gen + 1)
+    return Intent(gen, None)

@@ -17,6 +17,8 @@
      │    └── UnknownSocket                      a relayed socket its owner no longer holds
      ├── RuntimeNotRunning                       used before start() or after stop()
      ├── ReentrantCall                           an object called itself through a stub
+     ├── HandlerAborted                          a handler raised SystemExit, KeyboardInterrupt
+     │                                           or another BaseException: its event failed
      ├── ObjectBusy                              an event held the object past a caller's wait
      ├── DescriptorBudget                        max_resident and sockets exceed ulimit -n
      ├── CommandTimeout                          an ops command had no outcome by its deadline
@@ -34,6 +36,7 @@
      │    │                                      writes were kept, earlier ones are intact
      │    ├── OutOfDescriptors                   no file descriptor left to open a database
      │    ├── ChainBroken                        an earlier checkpoint of the invocation failed
+     │    ├── DataDirInUse                       another runtime holds the data folder's lock
      │    └── LeaseLost                          this node lost the shard it was writing
      ├── AlarmHandlerTimeout (raised into the attempt record, never to callers)
      └── GiveUp                                  an alarm handler's failure that must not
@@ -147,6 +150,23 @@ class ReentrantCall(AlarmtopError):
         )
         self.class_name = class_name
         self.object_name = object_name
+
+
+class HandlerAborted(AlarmtopError):
+    """An object's method raised something that is not an `Exception` (`SystemExit`,
+    `KeyboardInterrupt`, a `CancelledError` of its own): the runtime takes it as the
+    event's failure, as it takes any raise, and tells the caller with this error (the
+    original is its `__cause__`). The process goes on."""
+
+    def __init__(self, class_name: str, object_name: str, method: str | None,
+                 error: BaseException) -> None:
+        what = f".{method}()" if method else ""
+        super().__init__(f"{class_name}/{object_name}{what} raised {type(error).__name__}"
+                         f"{': ' + str(error) if str(error) else ''}; the runtime took it as "
+                         "the event's failure (its writes were kept, as for any raise)")
+        self.class_name = class_name
+        self.object_name = object_name
+        self.type_name = type(error).__name__
 
 
 class StorageError(AlarmtopError):
@@ -277,6 +297,11 @@ class ShardMoved(NodeUnreachable):
 
 class ChainBroken(StorageError):
     """An earlier write of the same invocation's log was not made."""
+
+
+class DataDirInUse(StorageError):
+    """Another runtime (in this process or another) has the data folder open: two
+    runtimes on one folder would both run the same alarms. Nothing was started."""
 
 
 # Every error of the tree says it is `alarmtop.core.errors.X`, its public name: that is

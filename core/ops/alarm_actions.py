@@ -5,6 +5,7 @@ audited here too, naming that node: the node that changed the alarm says so itse
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,7 +20,7 @@ from alarmtop.core.model import alarm_pause, alarm_policy
 from alarmtop.core.model.alarm_pause import check_snooze
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
 from alarmtop.core.model.alarm_status import AlarmStatus
-from alarmtop.core.model.errors import InvalidArgument, NoAlarm, NodeUnreachable
+from alarmtop.core.model.errors import InvalidArgument, NoAlarm, NodeUnreachable, StorageError
 from alarmtop.core.model.object_names import check_object_name
 from alarmtop.core.model.operations import EXECUTION_CLASS
 from alarmtop.core.model.serialization import alarm_time_ms
@@ -32,6 +33,7 @@ HELD_ACTIONS = frozenset({"pause", "resume", "snooze"})  # taken with the object
 # An action as the audit log names it (the operator's command of the same name).
 AUDIT_NAMES = {"re-arm": "rearm", "fire": "fire_now", "clear": "clear_dead_letter",
                "pause": "pause_alarm", "resume": "resume_alarm", "snooze": "snooze_alarm"}
+log = logging.getLogger("alarmtop.runtime")
 
 
 class AlarmActions:
@@ -152,14 +154,39 @@ class AlarmActions:
                 return await sched.commit(rec.key, alarm_policy.fire_now(rec, clock.now_ms()))
             return await self._apply(cls, name, action, fire)
         if action == "clear":
-            async def clear(rec: AlarmRecord) -> None:
-                if rec.state is not AlarmState.DEAD:
-                    raise InvalidArgument(f"{rec.object_class}/{rec.object_name}'s alarm is "
-                                          f"{rec.state.value}, not a dead letter; nothing "
-                                          "cleared")
-                await sched.commit(rec.key, alarm_policy.delete_alarm(rec))
-            return await self._apply(cls, name, action, clear)
+            return await self._clear(cls, name)
         raise InvalidArgument(f"unknown alarm action {action!r}")
+
+    async def _clear(self, cls: str, name: str) -> AlarmStatus:
+        """Drop a dead letter. For an object whose intent lives in its own database the
+        intent is deleted there too, first (holding the object's turn, not waking it),
+        as the object's own `delete_alarm` would: a file still asking for the alarm
+        would bring it back if the index were ever made again from the files. A
+        database that cannot take the write (damaged, say) leaves the row to go alone."""
+        self._state.check()
+        key = self._key(cls, name)
+        sched = self._scheduler
+        async with self._host.exclusive(key, "with an operator's clear") as r:
+            rec = await sched.lookup(key)
+            if rec is None:
+                raise NoAlarm(*key, "clear")
+            if rec.state is not AlarmState.DEAD:
+                raise InvalidArgument(f"{key[0]}/{key[1]}'s alarm is {rec.state.value}, not a "
+                                      "dead letter; nothing cleared")
+            if rec.in_file:
+                storage = self._host.storage_of(r)
+                try:
+                    await storage.delete_alarm()
+                    await storage.commit_event()
+                except StorageError as exc:
+                    log.warning("clearing %s/%s's dead letter: its database could not take "
+                                "the deleted alarm (%s); the row goes alone", *key, exc)
+                    await sched.commit(key, alarm_policy.delete_alarm(rec))
+                finally:
+                    await self._host.close_if_idle(r)
+            else:
+                await sched.commit(key, alarm_policy.delete_alarm(rec))
+        return self.status(rec)
 
     async def _apply(self, cls: ClassRef, name: str, action: str,
                      apply: Callable[[AlarmRecord], Any]) -> AlarmStatus:

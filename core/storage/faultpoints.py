@@ -8,7 +8,10 @@ side of it on purpose. Points:
   (info: ``key``);
 - ``index.commit.before`` / ``index.commit.after``: a commit of the runtime database
   (alarm rows, hints, execution logs, ledger, audit), on its database thread (info:
-  ``keys``, the alarm rows it writes, and ``extras``, how many other writes ride it).
+  ``keys``, the alarm rows it writes, and ``extras``, how many other writes ride it);
+- ``index.state.before`` / ``index.state.after``: SQLite's record of whether the
+  runtime database was closed cleanly, written (and checkpointed) at open and at
+  close (info: ``clean``).
 
 An action is called with the point's info; it may return (nothing happens), raise
 (the write fails with that error, as a real one would) or end the process. Nothing
@@ -26,7 +29,7 @@ from typing import Any
 
 Action = Callable[[dict[str, Any]], None]
 POINTS = ("object.commit.before", "object.commit.after", "index.commit.before",
-          "index.commit.after")
+          "index.commit.after", "index.state.before", "index.state.after")
 
 
 class FaultPoints:

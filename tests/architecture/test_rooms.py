@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "core"
 SERVER = ROOT / "server"
 COMPAT = {ROOT / "tui" / "compat.py", CORE / "storage" / "sqlite" / "compat.py"}
-# Names with a leading underscore that are public API (namedtuple's, os._exit).
-PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_exit", "_field_defaults"}
+# Names with a leading underscore that are public API (namedtuple's, os._exit, and
+# sys._current_frames, documented for tools such as the loop's watchdog).
+PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_make", "_exit", "_field_defaults",
+                     "_current_frames"}
 IMPURE = {"asyncio", "threading", "concurrent", "socket", "sqlite3", "aiosqlite", "asyncpg",
           "websockets", "selectors", "subprocess"}
 

@@ -6,6 +6,8 @@ puts it there: the workload process arms one of the storage layer's fault points
 chosen kind, optionally only commits that concern one chosen object:
 
 - ``object``: an object database's commit (points ``object.commit.before/after``);
+- ``state``: SQLite's record of whether the runtime database was closed cleanly,
+  written at start-up (``index.state.before/after``);
 - ``index``: any commit of the runtime database (``index.commit.before/after``:
   alarm rows, wake hints, attempt starts and ends);
 - ``execlog``: a runtime-database commit that carries other writes with it and no
@@ -44,7 +46,10 @@ from alarmtop.core.storage.faultpoints import FAULT_POINTS, POINTS, kill
 
 KINDS = {"object": ("object.commit.before", "object.commit.after"),
          "index": ("index.commit.before", "index.commit.after"),
-         "execlog": ("index.commit.before", "index.commit.after")}
+         "execlog": ("index.commit.before", "index.commit.after"),
+         # SQLite's record of a clean stop, written at start-up (and at a clean stop):
+         # on a fleet it is never hit, and the round falls back to a line count.
+         "state": ("index.state.before", "index.state.after")}
 # Objects a boundary death may be aimed at, and whose databases a lock may take: the
 # workload's busiest (its alarm names are skewed towards low numbers).
 ALARM_TARGETS = [f"ChaosAlarm/a{i}" for i in range(10)]
@@ -84,6 +89,8 @@ class BoundaryDeath:
     def matches(self, info: dict[str, Any]) -> bool:
         """Whether a hit of the armed point is one of the commits this death counts."""
         want = None if self.obj is None else tuple(self.obj.split("/", 1))
+        if self.kind == "state":
+            return True
         if self.kind == "object":
             return want is None or tuple(info.get("key") or ()) == want
         keys = [tuple(k) for k in info.get("keys") or ()]
@@ -95,8 +102,10 @@ class BoundaryDeath:
 
 def boundary_plan(rng: random.Random) -> BoundaryDeath:
     """A seeded boundary: which kind of commit, which side of it, which hit."""
-    kind = rng.choices(["object", "index", "execlog"], [0.4, 0.35, 0.25])[0]
+    kind = rng.choices(["object", "index", "execlog", "state"], [0.4, 0.33, 0.22, 0.05])[0]
     point = rng.choice(KINDS[kind])
+    if kind == "state":
+        return BoundaryDeath(point, kind, 1)  # the start-up's record
     obj: str | None = None
     if kind != "execlog" and rng.random() < 0.5:
         pool = ALARM_TARGETS + WRITER_TARGETS + OTHER_TARGETS

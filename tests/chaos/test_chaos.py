@@ -42,6 +42,9 @@ ROUNDS = [
     RoundPlan(3),
     RoundPlan(BOUNDARY_FALLBACK_LINES, BoundaryDeath("object.commit.before", "object", 150),
               locks=(LockPlan(30, RUNTIME_DB, 1.0),)),
+    # Killed on each side of the start-up's record that the last stop was not clean.
+    RoundPlan(BOUNDARY_FALLBACK_LINES, BoundaryDeath("index.state.before", "state", 1)),
+    RoundPlan(BOUNDARY_FALLBACK_LINES, BoundaryDeath("index.state.after", "state", 1)),
     RoundPlan(400),
 ]
 KILLS = len(ROUNDS)

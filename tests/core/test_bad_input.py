@@ -121,7 +121,8 @@ async def test_names_with_path_characters_stay_apart(make_runtime: RuntimeFactor
     objects = rt.data_dir / "objects" / "Target"
     assert len(list(objects.glob("*.sqlite"))) == len(names)
     assert {p.name for p in rt.data_dir.iterdir()} - {"objects"} <= {
-        "runtime.sqlite", "runtime.sqlite-wal", "runtime.sqlite-shm", ".alarmtop"}
+        "runtime.sqlite", "runtime.sqlite-wal", "runtime.sqlite-shm", ".alarmtop",
+        ".alarmtop.lock"}
     assert [p.name for p in rt.data_dir.parent.iterdir()] == ["data"]
 
 

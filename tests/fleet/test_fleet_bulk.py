@@ -366,8 +366,10 @@ async def test_a_shard_moving_under_a_group_does_not_stop_the_batch(
         return got
     monkeypatch.setattr(store, "get_many", read_then_move)
     bid = await a.bulk.start("rearm", DEAD, max_in_flight=10, at_ms=FAR)
-    # Once the hand-over is written (not when it starts: b's round would find nothing).
-    await until(handed.is_set, what="a shard handed over under a group")
+    # Once the hand-over is written (not when it starts: b's round would find nothing),
+    # and a no longer holds it (the offer is written before it lets go).
+    await until(lambda: handed.is_set() and moved[0] not in backend_of(a).epochs,
+                what="a shard handed over under a group")
     await backend_of(b).keep_leases_once()  # b takes the shard offered to it
     assert set(backend_of(b).epochs) == set(moved)
     batch = await a.bulk.wait(bid)

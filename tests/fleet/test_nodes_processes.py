@@ -175,11 +175,13 @@ async def test_a_paused_node_that_lost_its_leases_commits_nothing_more(fleet: Fl
         # loaded machine: a fixed sleep here let the write land first).
         pending = asyncio.get_running_loop().create_task(w1.call(slow, "slow_add", 3000, 1))
 
-        def read_on_w1() -> bool:
-            return any(x["object"] == slow and x["what"] == "slow_add" and x["edge"] == "read"
+        def read_on_w1(obj: str = slow) -> bool:
+            return any(x["object"] == obj and x["what"] == "slow_add" and x["edge"] == "read"
                        for x in w1.lines())
-        await until(lambda: read_on_w1() or pending.done(), within=60,
-                    what="the slow event's read on w1")
+
+        def caught(call: asyncio.Task[Any] = pending) -> bool:
+            return read_on_w1() or call.done()
+        await until(caught, within=60, what="the slow event's read on w1")
         if read_on_w1() and not pending.done():
             break
         # The call ended without w1 reading: a loaded machine let a lease lapse and the

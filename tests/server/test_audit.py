@@ -220,3 +220,19 @@ async def test_a_hello_token_with_a_lone_surrogate_gets_an_error_not_a_traceback
                 if r.name == "alarmtop.server" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "lone surrogate" in warnings[0].getMessage()
     await client(server.url, VIEWER)  # still serving
+
+
+async def test_the_audit_query_counts_the_rows_held_after_a_prune(
+        make_runtime: RuntimeFactory, serve: ServerFactory, client: ClientFactory) -> None:
+    """The retention deletes the oldest rows: the total is how many are held, not the
+    newest row's number."""
+    rt = await make_runtime(Quiet, audit_max_rows=3)
+    await rt.get(Quiet, "q1").arm(60_000)
+    server = await serve(rt)
+    op = await client(server.url, OPERATOR)
+    for i in range(6):
+        await op.request("rearm", object="Quiet/none", reason=f"try {i}")
+    assert await rt.audit.prune() == 3
+    page = await op.ok("audit")
+    assert page["total"] == 3 and len(page["rows"]) == 3
+    assert [r["reason"] for r in page["rows"]] == ["try 5", "try 4", "try 3"]

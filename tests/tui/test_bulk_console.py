@@ -151,6 +151,19 @@ def test_a_batch_merges_events_and_answers_in_any_order() -> None:
     assert b is not None and b.status == "cancelled"  # an ended batch never runs again
 
 
+def test_a_start_sent_again_without_an_answer_keeps_its_token() -> None:
+    """A start that got no answer may have begun on the server: sent again as it was,
+    it carries the same client token (the server then answers with that batch); once
+    answered, the next start of the same items is a new batch with a new token."""
+    book = BulkBook()
+    args = {"action": "rearm", "keys": ["Flaky/a", "Flaky/b"], "reason": "fixed"}
+    first = book.start_token(args)
+    assert first.startswith("console-") and book.start_token(dict(args)) == first
+    assert book.start_token({**args, "reason": "other"}) != first  # another start
+    book.start_answered(args)
+    assert book.start_token(args) != first
+
+
 def test_countdowns_flag_what_is_overdue() -> None:
     now = 1_000_000
     assert countdown(now + 4200, now) == "in 4.2s"

@@ -119,13 +119,21 @@ class MarkingMixin(ConsoleScreen):
             await self.start_bulk(answer, f"{counted(matched, kind)} selected by query")
 
     async def start_bulk(self, args: dict[str, Any], what: str) -> bool:
-        """Start a batch (`bulk_start`) and show its progress; whether it started."""
+        """Start a batch (`bulk_start`) and show its progress; whether it started.
+
+        Each start carries a client token. When no answer came (the connection dropped,
+        or the deadline passed while the server went on), the batch may have started:
+        the same start sent again carries the same token, and the server answers with
+        that batch instead of starting a second one over the same items."""
         action = action_of(args["kind"] if "kind" in args else args["selection"]["kind"],
                            args["action"])
+        token = self.console.bulks.start_token(args)
         outcome = await self.console.perform(
-            "bulk_start", what, args,
+            "bulk_start", what, {**args, "token": token},
             said=lambda d: f"started {action.label.lower()} on {what}" + (
                 f" as batch {bid}" if (bid := batch_id_of(d)) else ""))
+        if outcome.ok or outcome.refused:
+            self.console.bulks.start_answered(args)
         if not outcome.ok:
             return False
         data = dict(outcome.data or {})

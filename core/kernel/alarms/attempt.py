@@ -233,12 +233,20 @@ class AlarmAttempt(EventKind):
         """The attempt is its own end of event: it knows its record and, now, its error."""
         assert self.started is not None
         if error is not None:
-            if isinstance(error, TimeoutError) and self._limit is not None \
-                    and self._limit.expired:
+            lim = self._limit
+            if isinstance(error, TimeoutError) and lim is not None and lim.expired:
+                if lim.interrupted is not None:
+                    self._error = f"AlarmHandlerInterrupted: {lim.interrupted}"
+                    return self
                 error = AlarmHandlerTimeout(*self.started.key, self._d._timeout_s)
             self._error = describe_error(error)
             self._final = isinstance(error, GiveUp)
         return self
+
+    def interrupt(self, why: str) -> bool:
+        """End the handler now, as a failed attempt (retried by its policy)."""
+        lim = self._limit
+        return lim is not None and lim.interrupt(why)
 
     def plan(self, key: AlarmKey, current: AlarmRecord | None, change: alarm_intent.Intent | None,
              in_file: bool) -> Plan:

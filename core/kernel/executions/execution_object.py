@@ -55,7 +55,10 @@ class ExecutionObject(OperatorCalls):
     """Hosts one execution. Subclassed per runtime with `engine` set."""
 
     engine: ExecutionEngine
-
+    # An operator's abort, pause (and the other operator calls) end an invocation in
+    # flight, as a failed attempt, rather than wait for a hung step until the alarm
+    # timeout: the command answers within its deadline.
+    interrupts_alarm_for = frozenset({"operate", "control"})
 
     # -- RPC: start -----------------------------------------------------------------------
 
@@ -150,6 +153,10 @@ class ExecutionObject(OperatorCalls):
             await self._invoke_once(st, changed, events)
         except BaseException as exc:
             died = exc
+            # Cut off (the alarm timeout, an operator's interrupt) or failed: what it
+            # wrote before is in the log, not in the state held here (its next event
+            # ids, say). The next event loads the state again from the log.
+            self._state = None
             raise
         finally:
             self._chain = None  # its writes are queued or deferred: the chain is theirs

@@ -111,7 +111,8 @@ class ExecutionState(DurableObject):
         times = [t for op in st.ops.values() for t in op.deadlines()]
         if rec.timeout_at_ms is not None:
             times.append(rec.timeout_at_ms)
-        if rec.invoke_requested and not rec.human_hold:
+        # An invocation cut off (a crash, an interrupt) runs again, as one requested.
+        if (rec.invoke_requested or rec.in_invocation) and not rec.human_hold:
             times.append(self.ctx.now_ms())
         return min(times) if times else None
 

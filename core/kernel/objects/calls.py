@@ -17,7 +17,7 @@ from alarmtop.core.kernel.objects.classes import ObjectClasses
 from alarmtop.core.kernel.objects.durable_object import DurableObject
 from alarmtop.core.kernel.objects.host import Call, EventKind, ObjectHost
 from alarmtop.core.kernel.run_state import RunState
-from alarmtop.core.model.errors import UnknownMethod
+from alarmtop.core.model.errors import HandlerAborted, UnknownMethod
 from alarmtop.core.model.object_names import check_object_name
 from alarmtop.core.model.serialization import json_copy
 
@@ -120,10 +120,10 @@ class ObjectCalls:
         async def body(instance: DurableObject) -> Any:
             return await getattr(instance, method)(*args, **kwargs)
 
-        value, error, _ = await self._host.run_event((class_name, name), body,
-                                                     self._kind(method, "a call to {}()"))
+        value, error, _ = await self._host.run_event(
+            (class_name, name), body, self._kind(method, "a call to {}()", class_name))
         if error is not None:
-            raise error  # its writes are kept: the event committed
+            raise _raisable(error, class_name, name, method)  # its writes are kept
         return json_copy(value, f"the result of {class_name}.{method}")
 
     async def serve(self, request: dict[str, Any],
@@ -166,12 +166,25 @@ class ObjectCalls:
         _, error, _ = await self._host.run_event((class_name, check_object_name(name)), body,
                                                  self._kind(method, "its {}"))
         if error is not None:
-            raise error
+            raise _raisable(error, class_name, name, method)
 
-    def _kind(self, method: str, what: str) -> EventKind:
-        kind = self._kinds.get(method)
+    def _kind(self, method: str, what: str, class_name: str | None = None) -> EventKind:
+        cls = None if class_name is None else self._classes.by_name.get(class_name)
+        interrupts = cls is not None and method in getattr(cls, "interrupts_alarm_for", ())
+        kind = self._kinds.get(f"{method}!" if interrupts else method)
         if kind is None:
             event = "socket" if method in RESERVED else "call"
-            kind = self._kinds[method] = Call("handling " + what.format(method), method,
-                                              event)
+            kind = Call("handling " + what.format(method), method, event, interrupts)
+            self._kinds[f"{method}!" if interrupts else method] = kind
         return kind
+
+
+def _raisable(error: BaseException, class_name: str, name: str, method: str) -> BaseException:
+    """What the caller gets: the method's own exception, or, for one that is not an
+    `Exception` (SystemExit...), `HandlerAborted`: re-raised as it is, it would end the
+    caller's task, or the process."""
+    if isinstance(error, Exception):
+        return error
+    aborted = HandlerAborted(class_name, name, method, error)
+    aborted.__cause__ = error
+    return aborted

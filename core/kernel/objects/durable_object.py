@@ -94,7 +94,15 @@ class ObjectContext:
 
 
 async def _await(fn: Callable[[], Awaitable[Any]]) -> Any:
-    return await fn()
+    try:
+        return await fn()
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        # A task that raises SystemExit or KeyboardInterrupt ends the event loop: the
+        # blocker fails instead, and the event that waits for it with it.
+        raise RuntimeError(f"a block_concurrency_while() function raised "
+                           f"{type(exc).__name__}: {exc}") from exc
 
 
 class DurableObject:

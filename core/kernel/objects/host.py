@@ -54,6 +54,12 @@ log = logging.getLogger("alarmtop.runtime")
 EMFILE_LOG_EVERY_S = 5.0  # one log line per this many seconds while descriptors run out
 
 
+def cut_off(exc: BaseException) -> bool:
+    """Whether `exc` is this task being cancelled (not a handler raising one itself)."""
+    task = asyncio.current_task()
+    return isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling() > 0)
+
+
 class EventKind:
     """What differs between kinds of events; a call, a socket event: this class.
 
@@ -76,17 +82,25 @@ class EventKind:
     def end(self, error: BaseException | None) -> EventEnd:
         return CALL_END
 
+    def interrupt(self, why: str) -> bool:
+        """End this event now, as a failure (an alarm attempt can be); whether it will."""
+        return False
+
 
 class Call(EventKind):
     """An event kind that says what it is doing: a call to a named method, a socket
-    event (one per method, made once: events share them)."""
+    event (one per method, made once: events share them). One that `interrupts` ends
+    an alarm attempt holding the object (a hung step of an execution an operator
+    aborts or pauses) instead of waiting for it."""
 
-    __slots__ = ("doing", "event", "method")
+    __slots__ = ("doing", "event", "interrupts", "method")
 
-    def __init__(self, doing: str, method: str | None = None, event: str = "call") -> None:
+    def __init__(self, doing: str, method: str | None = None, event: str = "call",
+                 interrupts: bool = False) -> None:
         self.doing = doing
         self.method = method
         self.event = event
+        self.interrupts = interrupts
 
 
 CALL = EventKind()
@@ -337,6 +351,10 @@ class ObjectHost:
         crash)."""
         r, ready = self.enter(key)
         if not ready:
+            if getattr(kind, "interrupts", False) and isinstance(r.doing, EventKind):
+                assert kind is not None
+                r.doing.interrupt(f"interrupted by a call to {kind.method}() that does not "
+                                  "wait for it")
             await self.turn(r)
         try:
             return await self.run_in_turn(r, body, kind or CALL)
@@ -370,6 +388,12 @@ class ObjectHost:
                         storage.begin_event(self._clock.now_ms(), kind.alarm)
                         value = await body(instance)
                 except Exception as exc:
+                    error = exc
+                except BaseException as exc:
+                    # SystemExit, KeyboardInterrupt, a CancelledError of its own: its
+                    # failure, like any raise. A cancel of this task cuts the event off.
+                    if cut_off(exc):
+                        raise
                     error = exc
                 finally:
                     if r.ctx is not None and r.ctx.blocked:

@@ -207,7 +207,23 @@ class Storage:
         if store is None:
             return alarm_intent.intent_of_row(rec)
         self._store = store
-        return await self._file_intent(store)
+        intent = await self._file_intent(store)
+        await self._check_index(intent, rec)
+        return intent
+
+    async def _check_index(self, intent: alarm_intent.Intent, rec: AlarmRecord | None) -> None:
+        """When the object's database opens: an index row later than its intent (or
+        missing) is damage, never absorbed: the row is made again from the intent, and
+        said so (`alarm.restored`, and the log)."""
+        if not alarm_intent.index_behind(intent, rec):
+            return
+        key = self._key
+        log.error("the alarm index had %s %s/%s's alarm (its own database asks for one at "
+                  "%s ms, generation %s): restored from the object's intent. The runtime "
+                  "database lost writes (its -wal file lost or damaged, or restored from a "
+                  "backup without it)", "lost" if rec is None else "an out-of-date row for",
+                  key[0], key[1], intent.at_ms, intent.gen)
+        await self._alarms.commit(key, alarm_intent.restore(key, intent, rec))
 
     async def _file_intent(self, store: ObjectStore) -> alarm_intent.Intent:
         if self._intent is None:
@@ -272,6 +288,10 @@ class Storage:
             gen = max(change.gen, current.gen + 1, current.hint_gen + 1)
             change = alarm_intent.Intent(gen, change.at_ms)
         before, tr = end.plan(key, current, change, True)
+        if change is None and end.row is not None and tr is not None and tr.record is None:
+            # An alarm attempt that succeeded and left no alarm: its file says so too, so
+            # an index ever made again from the files does not bring the alarm back.
+            change = alarm_intent.consumed(await self._file_intent(store), end.row)
         written: AlarmRecord | None = None
         try:
             if before is not None:
@@ -313,14 +333,18 @@ class Storage:
         if store is None:
             # The intent of the row goes into a database that has none (a new one, or
             # one written before intents lived there).
-            row_intent = alarm_intent.intent_of_row(await self._alarms.lookup(self._key))
+            rec = await self._alarms.lookup(self._key)
+            row_intent = alarm_intent.intent_of_row(rec)
             store = await self._open_store(self._key, False, row_intent)
             if store is None:
                 # A new database: the index learns first that the intent may live in it.
                 await self._alarms.note_file(self._key)
                 store = await self._open_store(self._key, True, row_intent)
                 assert store is not None
-            self._store = store
+                self._store = store
+            else:
+                self._store = store
+                await self._check_index(await self._file_intent(store), rec)
         await store.begin()
         return store
 

@@ -89,8 +89,11 @@ class BatchItems:
         seen: set[AlarmKey] = set()
         for seq, key, akey in local:
             rec = recs.get(akey)
-            if rec is not None and rec.state is AlarmState.RUNNING:
-                slow.append((seq, key, akey))  # its attempt must end first: the object's turn
+            if rec is not None and (rec.state is AlarmState.RUNNING or (
+                    action == "clear_dead_letter" and rec.in_file)):
+                # Its attempt must end first, or its intent goes from its database too:
+                # both with the object's turn (the runtime's own action).
+                slow.append((seq, key, akey))
                 continue
             try:
                 if akey in seen:

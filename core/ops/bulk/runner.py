@@ -103,6 +103,9 @@ class BatchRuns:
         if row["status"] == "preparing":
             sel = parse_selection(row["params"]["selection"])
             row["total"] = await self.prepare(batch_id, sel, row.get("prep_after"))
+            fresh = await self.store.get_batch(batch_id)
+            if fresh is not None:  # running now, or cancelling (a cancel came meanwhile)
+                row["status"] = fresh["status"]
         if row["status"] == "cancelling":
             runner.cancelled = True
         clock = self.parts.clock

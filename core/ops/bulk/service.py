@@ -27,6 +27,17 @@ from alarmtop.core.ops.bulk.runner import BatchRuns
 log = logging.getLogger("alarmtop.bulk")
 
 
+TOKENS_KEPT = 1000  # client tokens remembered in memory (older ones are looked up)
+MAX_TOKEN = 200
+
+
+def check_token(token: Any) -> None:
+    if not isinstance(token, str) or not 0 < len(token) <= MAX_TOKEN or \
+            not token.isprintable():
+        raise InvalidArgument(f"a bulk start's token is printable text of 1-{MAX_TOKEN} "
+                              f"characters, not {token!r}")
+
+
 class BulkService:
     """`runtime.bulk` (see `alarmtop.core.ops.bulk`)."""
 
@@ -38,7 +49,9 @@ class BulkService:
         self._resuming = asyncio.Lock()
         self._up_seen: set[str] = set()  # the fleet's nodes up when last looked at
         self._watcher: asyncio.Task[None] | None = None
-        self._starting: set[str] = set()  # batches whose `start` is still recording keys
+        self._starting: set[str] = set()  # batches whose `start` has no runner yet
+        # Client tokens of the latest starts: their batch id, or the start in progress.
+        self._tokens: dict[str, asyncio.Future[str]] = {}
 
     async def preview(self, selection: Any) -> dict[str, Any]:
         """How many alarms or executions `selection` matches now, and the first few keys;
@@ -82,12 +95,53 @@ class BulkService:
     async def start(self, action: Any, selection: Any = None, keys: Any = None, *,
                     kind: Any = None, max_in_flight: Any = None, reason: Any = None,
                     note: Any = None, at_ms: Any = None, actor: str = "api",
-                    role: str | None = None) -> str:
+                    role: str | None = None, token: Any = None) -> str:
         """Start a batch of `action` on `keys` (a list) or on what `selection` matches
-        now (its keys are recorded before this returns); at most `max_in_flight` items
-        at once. Returns the batch id at once: the batch runs on, durably. Bad input
-        is refused (and audited) with nothing changed."""
+        now; at most `max_in_flight` items at once. Returns the batch id at once: the
+        batch runs on, durably (a selection's keys are recorded by its runner, in the
+        background, status `preparing`). Bad input is refused (and audited) with
+        nothing changed.
+
+        `token` (any text a client picks, once per batch it means to start) makes the
+        start idempotent: a start with the token of a batch started before returns
+        that batch's id and starts nothing (a retry after an answer was lost)."""
         self.parts.state.check()
+        if token is None:
+            return await self._start(action, selection, keys, kind, max_in_flight, reason,
+                                     note, at_ms, actor, role, None)
+        check_token(token)
+        started = self._tokens.get(token)
+        if started is not None:  # started before, or starting now
+            return await asyncio.shield(started)
+        started = self._tokens[token] = asyncio.get_running_loop().create_future()
+        while len(self._tokens) > TOKENS_KEPT:
+            self._tokens.pop(next(iter(self._tokens)))
+        try:
+            batch_id = await self._batch_of_token(token) or await self._start(
+                action, selection, keys, kind, max_in_flight, reason, note, at_ms, actor,
+                role, token)
+        except BaseException as exc:
+            self._tokens.pop(token, None)  # refused: a retry may start it
+            if isinstance(exc, asyncio.CancelledError):
+                started.cancel()
+            else:
+                started.set_exception(exc)
+                started.exception()  # retrieved: one waiting on it raises it too
+            raise
+        started.set_result(batch_id)
+        return batch_id
+
+    async def _batch_of_token(self, token: str) -> str | None:
+        """The batch a start with `token` made (on this node before a restart, or on
+        another node of the fleet), among the open and the latest ones."""
+        for row in [*await self.store.open_batches(), *await self.store.list_batches(100, None)]:
+            if (row.get("params") or {}).get("token") == token:
+                return str(row["id"])
+        return None
+
+    async def _start(self, action: Any, selection: Any, keys: Any, kind: Any,
+                     max_in_flight: Any, reason: Any, note: Any, at_ms: Any, actor: str,
+                     role: str | None, token: str | None) -> str:
         try:
             plan = plan_start(action, keys, selection, kind=kind, throttle=max_in_flight,
                               note=note, reason=reason, at_ms=at_ms)
@@ -111,7 +165,8 @@ class BulkService:
         row = {"id": batch_id, "action": plan.action, "kind": plan.kind,
                "status": "running" if plan.keys is not None else "preparing",
                "actor": actor, "role": role, "reason": plan.reason, "note": plan.note,
-               "throttle": plan.throttle, "params": plan.params(),
+               "throttle": plan.throttle,
+               "params": {**plan.params(), **({"token": token} if token is not None else {})},
                "total": 0 if plan.keys is None else len(plan.keys), "done": 0, "failed": 0,
                "cancelled": 0, "created_ms": now, "updated_ms": now, "ended_ms": None,
                "node": None, "prep_after": None}
@@ -119,19 +174,17 @@ class BulkService:
         self._starting.add(batch_id)
         try:
             await self.store.create_batch(row, plan.keys)
-            if plan.selection is not None:
-                row["total"] = await self.runs.prepare(batch_id, plan.selection, None)
-                row["status"] = "running"
+            # A selection's keys are recorded by the runner (status `preparing`, resumed
+            # from where it got to after a stop or a crash): a large one would pass the
+            # command's deadline, and its answer, the batch id, would be lost.
+            self.parts.events.emit("bulk.started", {
+                "batch_id": batch_id, "action": plan.action, "kind": plan.kind,
+                "total": row["total"], "status": row["status"], "throttle": plan.throttle,
+                "actor": actor,
+                "selection": None if plan.selection is None else plan.selection.to_dict()})
+            self.runs.spawn(row)
         finally:
             self._starting.discard(batch_id)
-        fresh = await self.store.get_batch(batch_id)
-        if fresh is None or fresh["status"] not in BATCH_OPEN:
-            return batch_id  # cancelled while its keys were recorded: nothing to run
-        self.parts.events.emit("bulk.started", {
-            "batch_id": batch_id, "action": plan.action, "kind": plan.kind,
-            "total": row["total"], "throttle": plan.throttle, "actor": actor,
-            "selection": None if plan.selection is None else plan.selection.to_dict()})
-        self.runs.spawn(row)
         return batch_id
 
     async def cancel(self, batch_id: str, *, reason: str | None = None,

@@ -10,6 +10,7 @@ from alarmtop.core.model.keys import Cursor
 from alarmtop.core.storage.audit_rows import AUDIT_INSERT_COLUMNS, AuditRowsBase, audit_values
 from alarmtop.core.storage.postgres import reads
 from alarmtop.core.storage.postgres.database import PgDatabase
+from alarmtop.core.storage.postgres.object_sql import rows_written
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -42,3 +43,19 @@ class PgAuditRows(AuditRowsBase):
         for d in out:
             d["ok"], d["detail"] = bool(d["ok"]), json.loads(d["detail"])
         return out
+
+    async def audit_count(self) -> int:
+        rows = await self._db.fetch(f"SELECT count(*) FROM {SCHEMA}.audit")
+        return int(rows[0][0])
+
+    async def audit_prune(self, oldest: int, before_ms: int | None = None) -> int:
+        gone = [0]
+
+        async def write(conn: PgConn) -> None:
+            status = await conn.execute(
+                f"DELETE FROM {SCHEMA}.audit WHERE seq IN (SELECT seq FROM {SCHEMA}.audit "
+                "ORDER BY seq LIMIT $1) AND ($2::bigint IS NULL OR at_ms < $2::bigint)",
+                oldest, before_ms)
+            gone[0] = rows_written(status)
+        await self._db.submit(extra=write)
+        return gone[0]

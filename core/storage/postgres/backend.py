@@ -11,7 +11,6 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import secrets
@@ -26,13 +25,25 @@ from alarmtop.core.storage.backend_stores import BackendStores
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
+from alarmtop.core.storage.postgres.event_pool import (
+    EventConnections,
+    LeaseConnection,
+    asyncpg_module,
+)
 from alarmtop.core.storage.postgres.execution_log import MERGED, PgExecutionLog
 from alarmtop.core.storage.postgres.fault_rows import PgFaultStore
 from alarmtop.core.storage.postgres.lease_clock import NOW_MS, LocalDeadlines, db_now_ms, local_now
 from alarmtop.core.storage.postgres.node_ids import MAX_NODE_ID, check_node_id, good_node_id
 from alarmtop.core.storage.postgres.objects import PgObjectStore
 from alarmtop.core.storage.postgres.operator_rows import PgOperatorRows
-from alarmtop.core.storage.postgres.schema import SCHEMA, check_shards, cluster_secret, migrate
+from alarmtop.core.storage.postgres.schema import (
+    SCHEMA,
+    check_shards,
+    cluster_secret,
+    install_id,
+    migrate,
+)
+from alarmtop.core.storage.postgres.shards import counter_slot, shard_of
 from alarmtop.core.storage.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -43,6 +54,7 @@ if TYPE_CHECKING:
 
 ObjectKey = tuple[str, str]
 DEFAULT_POOL = 20
+RUNTIME_POOL = 6  # the runtime's own reads: the alarm index, listings, owners, faults
 # Told (gained, lost) when the shards this node holds change.
 ShardListener = Callable[[set[int], set[int]], None]
 log = logging.getLogger("alarmtop.fleet")
@@ -63,29 +75,6 @@ _CLAIMABLE_IN_ROUND = f"(owner = $1 OR {_CLAIMABLE})"
 _HELD_EPOCHS = "(shard, epoch) IN (SELECT * FROM unnest($2::int[], $3::bigint[]))"
 
 
-def shard_of(key: ObjectKey, shards: int) -> int:
-    """The shard of an object: a stable hash of its class and name."""
-    digest = hashlib.blake2b(f"{key[0]}\x00{key[1]}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % shards
-
-
-def counter_slot(node_id: str) -> int:
-    """The slot of the counters a node adds to: a stable hash of its id, below 1,024 so
-    the table stays small however many nodes have come and gone (two nodes that share
-    a slot only wait for each other's commits on it)."""
-    digest = hashlib.blake2b(node_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 1024
-
-
-def _asyncpg() -> Any:
-    try:
-        import asyncpg
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise InvalidArgument("PostgresBackend needs asyncpg: pip install 'alarmtop[postgres]'"
-                              ) from exc
-    return asyncpg
-
-
 async def _keep_session(conn: Any) -> None:
     """The pool's reset of a connection given back: none. asyncpg's default (unlock
     advisory locks, close cursors, unlisten, reset settings) is a round trip after every
@@ -104,7 +93,10 @@ class PostgresBackend(BackendStores):
         shards: how many shards objects hash to (stored in the database at first start;
             a node started with another count refuses to start).
         lease_s: how long a shard lease lasts unless renewed.
-        pool_size: connections for reads and object events.
+        pool_size: connections for objects' events (an event holds one from its first
+            storage call to its commit); when all are held, up to as many more are
+            opened for the events that wait. The runtime's own reads and writes have
+            connections of their own, and the lease keeper one of its own.
         node_host: the address this node listens on for other nodes' calls (a free
             port on it is chosen and recorded in PostgreSQL); other nodes must reach it.
             Off loopback it needs TLS (or `node_insecure_no_tls`).
@@ -125,7 +117,7 @@ class PostgresBackend(BackendStores):
                  node_tls_key: str | os.PathLike[str] | None = None,
                  node_tls_ca: str | os.PathLike[str] | None = None,
                  node_insecure_no_tls: bool = False) -> None:
-        _asyncpg()  # a missing extra says so before anything starts
+        asyncpg_module()  # a missing extra says so before anything starts
         if not isinstance(shards, int) or isinstance(shards, bool) or not 1 <= shards <= 4096:
             raise InvalidArgument(f"shards is a whole number from 1 to 4096, not {shards!r}")
         if not lease_s > 0:
@@ -145,7 +137,9 @@ class PostgresBackend(BackendStores):
         self.node_tls = NodeTls.of(node_tls_cert, node_tls_key, node_tls_ca)
         self.node_insecure_no_tls = bool(node_insecure_no_tls)
         check_node_host(node_host, self.node_tls, self.node_insecure_no_tls)
-        self._pool: asyncpg.Pool | None = None
+        self._pool: asyncpg.Pool | None = None  # the runtime's own reads (never events')
+        self._events: EventConnections | None = None  # objects' events
+        self._lease = LeaseConnection(dsn)  # the lease keeper's: never waits for a pool
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (this node's monotonic clock) each held lease surely runs: past it
         # (less a margin), other nodes may claim the shard, so this one runs nothing of
@@ -156,6 +150,7 @@ class PostgresBackend(BackendStores):
         self._drain: Callable[[set[int]], Awaitable[None]] | None = None
         self.address: str | None = None  # where other nodes reach this one
         self.cluster_secret = ""
+        self.install_id = ""  # the database's own id (names objects' roles)
         self.step: int | None = None  # shards moved per lease round (None: all at once)
         self.nodes_seen: list[leases.NodeRow] = []
         # This process, as the node `node_id` (`nodes.incarnation`): another process
@@ -198,24 +193,32 @@ class PostgresBackend(BackendStores):
     async def _connect(self) -> PgConn:
         """The committer's connection. Its writes add to this node's slot of each
         counter (schema.py: the counters migration): nodes never wait for one another's."""
-        conn: PgConn = await _asyncpg().connect(
+        conn: PgConn = await asyncpg_module().connect(
             self.dsn, server_settings={"alarmtop.slot": str(counter_slot(self.node_id))})
         return conn
 
     async def open(self) -> None:
-        asyncpg = _asyncpg()
+        asyncpg = asyncpg_module()
         try:
-            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self.pool_size,
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=1,
+                                                   max_size=min(self.pool_size, RUNTIME_POOL),
                                                    reset=_keep_session)
         except Exception as exc:  # a bad DSN is asyncpg's ClientConfigurationError, say
             raise StorageError(f"cannot connect to PostgreSQL ({type(exc).__name__}: {exc}); "
                                "check the DSN, that the "
                                "server runs, and the password (PGPASSFILE)") from exc
         try:
+            self._events = await EventConnections.open(self.dsn, self.pool_size, _keep_session)
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
+        try:
             async with self._pool.acquire() as conn:
                 await migrate(conn)
                 await check_shards(conn, self.shards)
                 self.cluster_secret = await cluster_secret(conn)
+                self.install_id = await install_id(conn)
                 await check_node_id(conn, self.node_id, self.incarnation, self.address,
                                     self.lease_ms, await db_now_ms(conn))
             await self.keep_leases_once()
@@ -223,9 +226,16 @@ class PostgresBackend(BackendStores):
         except BaseException:
             await self._pool.close()
             self._pool = None
+            await self._close_events()
             raise
         self._tasks.spawn(self._keep_leases(), name="pg-leases")
         self._tasks.spawn(self._watch_deadlines(), name="pg-lease-deadlines")
+
+    async def _close_events(self) -> None:
+        self._lease.terminate()
+        events, self._events = self._events, None
+        if events is not None:
+            await events.close()
 
     def bind(self, on_change: ShardListener, address: str | None = None,
              drain: Callable[[set[int]], Awaitable[None]] | None = None) -> None:
@@ -250,6 +260,10 @@ class PostgresBackend(BackendStores):
             self._db.cut_off()
             if pool is not None:
                 pool.terminate()
+            self._lease.terminate()
+            if self._events is not None:
+                self._events.terminate()
+                self._events.pool.terminate()
             raise
 
     async def _close(self) -> None:
@@ -277,14 +291,17 @@ class PostgresBackend(BackendStores):
                 await asyncio.wait_for(pool.close(), 5.0)
             except (TimeoutError, Exception):
                 pool.terminate()
+        await self._close_events()
         self.epochs.clear()
         self._deadlines.clear()
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
                           intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
         key = (object_class, object_name)
-        return await PgObjectStore.open(self._require_pool(), key, create, intent,
-                                        self.shard_of(key), self.fence)
+        self._require_pool()
+        assert self._events is not None
+        return await PgObjectStore.open(self._events, key, create, intent,
+                                        self.shard_of(key), self.fence, self.install_id)
 
     async def count_objects(self) -> int:
         return await self._alarm_rows.count_objects()
@@ -332,10 +349,11 @@ class PostgresBackend(BackendStores):
         if self.displaced:
             return
         started = local_now()  # before any statement: what they write ends later
-        pool = self._require_pool()
-        # A round that waits longer than a lease (for a connection, or on a row another
+        self._require_pool()
+        # The lease keeper's own connection: never behind a pool that slow events hold.
+        # A round that waits longer than a lease (to connect, or on a row another
         # node's transaction holds) gives up: what it would renew has lapsed by then.
-        async with pool.acquire(timeout=self.lease_s) as conn:
+        async with self._lease.use(connect_within=self.lease_s) as conn:
             async with conn.transaction():
                 now = await db_now_ms(conn, timeout_ms=self.lease_ms)
                 until = now + self.lease_ms

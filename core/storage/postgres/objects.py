@@ -1,8 +1,12 @@
 """One object's storage on PostgreSQL: its key-values, its own schema, its intent.
 
 The key-values of every object are one table keyed by (class, name, key); an
-object's SQL runs in a schema of its own (`search_path`), made on its first SQL
-statement and dropped by `delete_all()`; `?` placeholders are accepted. An event's
+object's SQL runs in a schema of its own, made on its first SQL statement and
+dropped by `delete_all()`; `?` placeholders are accepted. Its statements run behind
+walls (`object_sql.py`): as a role of its own, owner of its schema and of nothing
+else, inside a SECURITY DEFINER function, so that they cannot reach the runtime's
+schema (the audit log, the cluster secret, the leases, every object's key-values)
+or another object's, change role, or end or split the event's transaction. An event's
 writes are one transaction on a connection the object holds from its first write
 to its commit. A statement that fails is undone alone (a savepoint around it), as
 on SQLite, where a failed statement leaves the event's other writes standing.
@@ -23,13 +27,22 @@ from alarmtop.core.model.errors import SqlError, StorageError
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.errors import storage_error, unreachable
-from alarmtop.core.storage.postgres.object_sql import placeholders, rows_written
+from alarmtop.core.storage.postgres.event_pool import EventConnections
+from alarmtop.core.storage.postgres.object_sql import (
+    inner_statement,
+    placeholders,
+    refusal,
+    result_rows,
+    role_name,
+    rows_written,
+    unnamed_columns,
+    wrapped_call,
+    written,
+)
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
 if TYPE_CHECKING:
-    import asyncpg
-
-    from alarmtop.core.storage.postgres.database import PgConn, PooledConn
+    from alarmtop.core.storage.postgres.database import PgConn
 
 ObjectKey = tuple[str, str]
 Fence = Callable[["PgConn", set[int]], Awaitable[None]]
@@ -68,28 +81,29 @@ def schema_name(key: ObjectKey) -> str:
 class PgObjectStore:
     """`ObjectStore` for one object on PostgreSQL."""
 
-    def __init__(self, pool: asyncpg.Pool, key: ObjectKey, intent: tuple[int, int | None],
-                 shard: int, fence: Fence | None) -> None:
+    def __init__(self, pool: EventConnections, key: ObjectKey, intent: tuple[int, int | None],
+                 shard: int, fence: Fence | None, install: str = "") -> None:
         self._pool = pool
         self._key = key
         self._shard = shard
         self._fence = fence
         self.path = f"postgresql:{key[0]}/{key[1]}"
         self._schema = schema_name(key)
+        self._role = role_name(install, key)
         self._intent = intent
         self._pending_intent: tuple[int, int | None] | None = None
-        self._conn: PooledConn | None = None
+        self._conn: PgConn | None = None
         self._schema_ready = False  # made and on the search path in this transaction
         self._savepoints = 0
 
     @classmethod
-    async def open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
-                   intent: tuple[int, int | None], shard: int, fence: Fence | None
-                   ) -> PgObjectStore | None:
+    async def open(cls, pool: EventConnections, key: ObjectKey, create: bool,
+                   intent: tuple[int, int | None], shard: int, fence: Fence | None,
+                   install: str = "") -> PgObjectStore | None:
         """The object's storage; None when it has none and `create` is false. A new
         one starts with `intent` (the object's row listing it was written first)."""
         try:
-            return await cls._open(pool, key, create, intent, shard, fence)
+            return await cls._open(pool, key, create, intent, shard, fence, install)
         except (StorageError, SqlError):
             raise
         except Exception as exc:
@@ -97,10 +111,11 @@ class PgObjectStore:
                                 "opening the object's storage") from exc
 
     @classmethod
-    async def _open(cls, pool: asyncpg.Pool, key: ObjectKey, create: bool,
-                    intent: tuple[int, int | None], shard: int, fence: Fence | None
-                    ) -> PgObjectStore | None:
-        async with pool.acquire() as conn:
+    async def _open(cls, pool: EventConnections, key: ObjectKey, create: bool,
+                    intent: tuple[int, int | None], shard: int, fence: Fence | None,
+                    install: str) -> PgObjectStore | None:
+        conn = await pool.acquire()
+        try:
             row = await conn.fetchrow(f"SELECT gen, at_ms FROM {SCHEMA}.object_intents WHERE "
                                       "object_class = $1 AND object_name = $2", *key)
             if row is None:
@@ -114,7 +129,9 @@ class PgObjectStore:
                 found = intent
             else:
                 found = (int(row[0]), row[1])
-        return cls(pool, key, found, shard, fence)
+        finally:
+            await pool.release(conn)
+        return cls(pool, key, found, shard, fence, install)
 
     # -- the event's transaction ----------------------------------------------------------
 
@@ -145,7 +162,8 @@ class PgObjectStore:
             await conn.execute("RELEASE SAVEPOINT alarmtop_stmt")
             if type(exc).__module__.startswith("asyncpg") and sql is not None and \
                     hasattr(exc, "sqlstate"):
-                raise SqlError(f"{exc} (in: {sql[:200]})", self.path) from exc
+                said = refusal(str(exc)) or str(exc)
+                raise SqlError(f"{said} (in: {sql[:200]})", self.path) from exc
             raise StorageError(f"{doing} failed: {exc}", self.path) from exc
         await conn.execute("RELEASE SAVEPOINT alarmtop_stmt")
         return out
@@ -154,17 +172,38 @@ class PgObjectStore:
     async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
         conn = await self._tx()
         if not self._schema_ready:
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
-            await conn.execute(f'SET LOCAL search_path TO "{self._schema}"')
+            # Its role, schema and wrappers (made if missing), and its schema on the path
+            # of this transaction, for the statements prepared below.
+            await conn.execute(f"SELECT {SCHEMA}.object_sql_ready($1, $2)", self._schema,
+                               self._role)
             self._schema_ready = True
         text, _ = placeholders(sql)
 
         async def run() -> ExecResult:
+            # Prepared (parsed, never run) for its parameters' and columns' types; run
+            # by the object's wrapper, as the object's role.
             stmt = await conn.prepare(text)
-            rows = await stmt.fetch(*params)
-            columns = tuple(a.name for a in stmt.get_attributes())
-            return ExecResult(columns, [dict(r) for r in rows],
-                              rows_written(stmt.get_statusmsg() or ""))
+            types = stmt.get_parameters()
+            attributes = stmt.get_attributes()
+            names = [a.name for a in attributes]
+            columns = [a.type for a in attributes]
+            unnamed = unnamed_columns(columns)
+            if unnamed == "refused":
+                raise SqlError(f"a column of type {', '.join(t.name for t in columns)} "
+                               "cannot come back from an object's SQL on PostgreSQL: cast "
+                               f"it (to text, say) (in: {sql[:200]})", self.path)
+            inner = inner_statement(text, types)
+            if unnamed == "void" or not attributes:
+                count = int(await conn.fetchval(wrapped_call(self._role, types, []), inner,
+                                                *params) or 0)
+                if attributes:  # rows of nothing but void: as many as ran
+                    return ExecResult(tuple(names), [dict.fromkeys(names) for _ in
+                                                     range(count)], 0)
+                return ExecResult((), [], written(text, count, False))
+            call = wrapped_call(self._role, types, columns)
+            rows = await conn.fetch(call, inner, *params)
+            return ExecResult(tuple(names), result_rows(rows, names),
+                              written(text, len(rows), True))
         result: ExecResult = await self._guarded(conn, "a SQL statement", sql, run)
         return result
 
@@ -281,7 +320,7 @@ class PgObjectStore:
                 # The object's SQL may have left session state (a SET, a LISTEN, an
                 # advisory lock): the pool no longer resets what it gets back.
                 try:
-                    await conn.execute(conn.get_reset_query())
+                    await conn.execute(conn.get_reset_query() + "\nDISCARD TEMP;")
                 except Exception:
                     conn.terminate()
         finally:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from alarmtop.core.storage.postgres.database import PgConn
 
 SCHEMA = "alarmtop"
+WRAPPERS = "alarmtop_sql"  # object_sql.WRAPPERS: the wrappers of object SQL
 
 MIGRATIONS: list[str] = [
     f"""
@@ -354,6 +355,94 @@ MIGRATIONS: list[str] = [
     f"""
     ALTER TABLE {SCHEMA}.bulk_batches ADD COLUMN cancel_reason TEXT;
     """,
+    # The walls of object SQL (object_sql.py): each object's schema belongs to a role
+    # of its own, with no right on this schema nor on another object's; its statements
+    # run in a SECURITY DEFINER function of that role, kept in a schema no object may
+    # name. `object_sql_ready` makes what is missing (a schema made before the walls is
+    # handed to its role, with what it holds), and puts the schema on the path of the
+    # event's transaction. Called by the runtime's own role.
+    f"""
+    CREATE SCHEMA {WRAPPERS};
+    REVOKE ALL ON SCHEMA {WRAPPERS} FROM PUBLIC;
+    CREATE FUNCTION {SCHEMA}.object_sql_ready(sch TEXT, rol TEXT) RETURNS VOID
+        LANGUAGE plpgsql AS $$
+    DECLARE
+        owner_name TEXT;
+        obj RECORD;
+        body TEXT;
+        guc TEXT := ' SET synchronous_commit FROM CURRENT SET statement_timeout FROM CURRENT'
+                    ' SET lock_timeout FROM CURRENT'
+                    ' SET idle_in_transaction_session_timeout FROM CURRENT';
+    BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = rol) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN NOINHERIT', rol);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
+            END;
+        END IF;
+        IF NOT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+                AND NOT pg_catalog.pg_has_role(current_user, rol, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO %I', rol, current_user);
+        END IF;
+        SELECT pg_catalog.pg_get_userbyid(nspowner) INTO owner_name
+            FROM pg_catalog.pg_namespace WHERE nspname = sch;
+        IF owner_name IS NULL THEN
+            EXECUTE format('CREATE SCHEMA %I AUTHORIZATION %I', sch, rol);
+        ELSIF owner_name <> rol THEN
+            EXECUTE format('ALTER SCHEMA %I OWNER TO %I', sch, rol);
+            FOR obj IN SELECT c.relname, c.relkind FROM pg_catalog.pg_class c
+                    JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+                    WHERE n.nspname = sch AND c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+                    AND pg_catalog.pg_get_userbyid(c.relowner) <> rol LOOP
+                BEGIN
+                    EXECUTE format('ALTER TABLE %I.%I OWNER TO %I', sch, obj.relname, rol);
+                EXCEPTION WHEN OTHERS THEN NULL;  -- a table's own sequence moved with it
+                END;
+            END LOOP;
+            FOR obj IN SELECT p.oid::regprocedure AS sig FROM pg_catalog.pg_proc p
+                    JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+                    WHERE n.nspname = sch LOOP
+                EXECUTE format('ALTER ROUTINE %s OWNER TO %I', obj.sig, rol);
+            END LOOP;
+            FOR obj IN SELECT t.typname FROM pg_catalog.pg_type t
+                    JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace
+                    WHERE n.nspname = sch AND t.typtype IN ('e', 'd', 'r')
+                    OR (n.nspname = sch AND t.typtype = 'c' AND NOT EXISTS (
+                        SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid = t.typrelid
+                        AND c.relkind <> 'c')) LOOP
+                EXECUTE format('ALTER TYPE %I.%I OWNER TO %I', sch, obj.typname, rol);
+            END LOOP;
+        END IF;
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n
+                       ON n.oid = p.pronamespace WHERE n.nspname = '{WRAPPERS}'
+                       AND p.proname = 'q_' || rol) THEN
+            -- Defence in depth: no object may name this schema, so none can alter its
+            -- wrapper; one that was not SECURITY DEFINER any more would run as the
+            -- caller: it refuses to.
+            body := 'BEGIN IF current_user OPERATOR(pg_catalog.=) session_user THEN '
+                    'RAISE EXCEPTION ''this object''''s SQL wrapper is not SECURITY DEFINER''; '
+                    'END IF; ';
+            EXECUTE format('CREATE FUNCTION {WRAPPERS}.%I(q TEXT, a TEXT[]) RETURNS SETOF '
+                           'RECORD LANGUAGE plpgsql SECURITY DEFINER SET search_path TO %I'
+                           '%s AS %L', 'q_' || rol, sch, guc,
+                           body || 'RETURN QUERY EXECUTE q USING a; END');
+            EXECUTE format('CREATE FUNCTION {WRAPPERS}.%I(q TEXT, a TEXT[]) RETURNS BIGINT '
+                           'LANGUAGE plpgsql SECURITY DEFINER SET search_path TO %I'
+                           '%s AS %L', 'x_' || rol, sch, guc,
+                           'DECLARE n BIGINT; ' || body || 'EXECUTE q USING a; '
+                           'GET DIAGNOSTICS n = ROW_COUNT; RETURN n; END');
+            EXECUTE format('REVOKE ALL ON FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) FROM PUBLIC',
+                           'q_' || rol);
+            EXECUTE format('REVOKE ALL ON FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) FROM PUBLIC',
+                           'x_' || rol);
+            EXECUTE format('ALTER FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) OWNER TO %I',
+                           'q_' || rol, rol);
+            EXECUTE format('ALTER FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) OWNER TO %I',
+                           'x_' || rol, rol);
+        END IF;
+        PERFORM pg_catalog.set_config('search_path', pg_catalog.quote_ident(sch), true);
+    END $$;
+    """,
 ]
 
 
@@ -413,6 +502,16 @@ async def check_shards(conn: PgConn, shards: int) -> None:
         raise InvalidArgument(f"this database was set up with {stored} shards; this node was "
                               f"started with {shards}: start it with shards={stored} "
                               "(the shard count of a fleet cannot change)")
+
+
+async def install_id(conn: PgConn) -> str:
+    """This database's own id (made by the first node): objects' roles are named from
+    it, since roles belong to the cluster and two databases may hold the same object."""
+    await conn.execute(f"INSERT INTO {SCHEMA}.meta (key, value) VALUES ('install_id', $1) "
+                       "ON CONFLICT DO NOTHING", secrets.token_hex(8))
+    value: str = await conn.fetchval(f"SELECT value FROM {SCHEMA}.meta WHERE key = "
+                                     "'install_id'")
+    return value
 
 
 async def cluster_secret(conn: PgConn) -> str:

@@ -36,4 +36,18 @@ class SqliteAuditRows(AuditRowsBase):
         return await self._db.read_only(lambda conn: reads.audit_page(
             conn, after, limit, offset=offset, desc=desc))
 
+    async def audit_count(self) -> int:
+        return int(await self._db.read_only(
+            lambda conn: conn.execute("SELECT count(*) FROM audit").fetchone()[0]))
 
+    async def audit_prune(self, oldest: int, before_ms: int | None = None) -> int:
+        gone = [0]
+
+        def write(conn: sqlite3.Connection) -> None:
+            # The oldest rows by key, then their times: the scan is bounded by `oldest`
+            # however large the log is.
+            gone[0] = conn.execute(
+                "DELETE FROM audit WHERE seq IN (SELECT seq FROM audit ORDER BY seq LIMIT ?) "
+                "AND (? IS NULL OR at_ms < ?)", (oldest, before_ms, before_ms)).rowcount
+        await self._db.submit(extra=write)
+        return gone[0]

@@ -28,11 +28,13 @@ from alarmtop.core.model.object_names import (
     object_file_name,
 )
 from alarmtop.core.storage.backend_stores import BackendStores
+from alarmtop.core.storage.sqlite import index_check
 from alarmtop.core.storage.sqlite.alarm_rows import AlarmRowWriter, SqliteAlarmRows
 from alarmtop.core.storage.sqlite.audit_rows import SqliteAuditRows
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S, SqliteDatabase
 from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionLog
 from alarmtop.core.storage.sqlite.files import fsync_dir, make_dirs
+from alarmtop.core.storage.sqlite.folder_lock import FolderLock
 from alarmtop.core.storage.sqlite.objects import SqliteObjectStore
 from alarmtop.core.storage.sqlite.operator_rows import SqliteOperatorRows
 from alarmtop.core.storage.sqlite.quarantine import STORAGE_LOG, Quarantine, wall_ms
@@ -82,10 +84,21 @@ class SqliteBackend(BackendStores):
         super().__init__(self._db, self._alarm_rows, self._executions, self._audit,
                          self._operator)
         self.salvaged: dict[str, Any] | None = None  # what a quarantine-and-continue kept
+        self.restored: dict[str, Any] | None = None  # what the check after an unclean stop found
+        self._lock = FolderLock(self.data_dir)  # held while open: one runtime per folder
 
 
     async def open(self) -> None:
         await asyncio.to_thread(make_dirs, self.data_dir)
+        # Before anything is read: a second runtime on the folder changes nothing.
+        await asyncio.to_thread(self._lock.take)
+        try:
+            await self._open()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    async def _open(self) -> None:
         quarantined: Path | None = None
         try:
             await asyncio.to_thread(self._check_index_file)
@@ -117,6 +130,11 @@ class SqliteBackend(BackendStores):
                 log_event(STORAGE_LOG, logging.INFO, f"object files upgraded: "
                           f"{upgraded['renamed']} renamed, {upgraded['listed']} listed",
                           event="storage.upgraded", **upgraded)
+        # Not closed cleanly (a crash, a copy taken while running, a lost -wal file): the
+        # index is checked against the objects' files before anything reads it.
+        if not await self._db.run(lambda: index_check.was_clean(self._db.conn)):
+            self.restored = await index_check.restore_lost(self._db, self.data_dir)
+        await self._db.run(lambda: index_check.mark(self._db.conn, clean=False))
 
     def _has_data(self) -> str | None:
         """Why the folder is known to hold alarmtop data (None: it is new)."""
@@ -158,7 +176,16 @@ class SqliteBackend(BackendStores):
         fsync_dir(self.data_dir)
 
     async def close(self) -> None:
-        await self._db.close()
+        try:
+            try:
+                await self._db.run(lambda: index_check.mark(self._db.conn, clean=True))
+            except Exception as exc:  # the next start checks the index: nothing is lost
+                log_event(STORAGE_LOG, logging.WARNING, f"the runtime database could not be "
+                          f"marked as closed cleanly ({exc}); the next start checks the "
+                          "alarm index against the objects' files", event="storage.unclean")
+            await self._db.close()
+        finally:
+            self._lock.release()
 
     def object_path(self, object_class: str, object_name: str) -> Path:
         return self.data_dir / "objects" / object_class / object_file_name(object_name)

@@ -6,13 +6,23 @@
    runtime recovers from. aiosqlite has no option for this; the thread is made a
    daemon before it starts (`Connection._thread`). Tested in tests/storage/sqlite/
    test_compat.py: an aiosqlite upgrade that moves it fails there.
+2. `on_thread`: run a function of the raw `sqlite3.Connection` on the connection's
+   thread, in order with its other work, in one hop (`Connection._execute` and
+   `Connection._conn`): an object's statement runs there between installing its
+   authorizer and removing it (`object_sql.py`), so no other statement of the
+   connection is prepared under it, or without it, in between.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import aiosqlite
+
+T = TypeVar("T")
 
 
 def daemon_connection(path: Path, busy_timeout_s: float) -> aiosqlite.Connection:
@@ -23,3 +33,10 @@ def daemon_connection(path: Path, busy_timeout_s: float) -> aiosqlite.Connection
     if thread is not None:  # an aiosqlite without it: a non-daemon thread, as before
         thread.daemon = True
     return conn
+
+
+async def on_thread(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+    """`fn(raw connection)` on the connection's own thread, in order with its other work."""
+    run: Any = conn._execute
+    result: T = await run(lambda: fn(conn._conn))
+    return result

@@ -40,10 +40,11 @@ from alarmtop.core.model.errors import (
 )
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
-from alarmtop.core.storage.sqlite.compat import daemon_connection
+from alarmtop.core.storage.sqlite.compat import daemon_connection, on_thread
 from alarmtop.core.storage.sqlite.database import BUSY_TIMEOUT_S
 from alarmtop.core.storage.sqlite.errors import is_corruption, is_disk_full, sqlite_code
 from alarmtop.core.storage.sqlite.files import create_private, fsync_dir, make_dirs
+from alarmtop.core.storage.sqlite.object_sql import ObjectSqlGuard
 from alarmtop.core.storage.sqlite.quarantine import Quarantine
 
 _SQLITE_IOERR = 10
@@ -157,6 +158,7 @@ class SqliteObjectStore:
         self._broken: StorageError | None = None  # quarantined: nothing works any more
         self._failed: StorageError | None = None  # this event hit a full disk or I/O error
         self._pending_intent: tuple[int, int | None] | None = None  # written, not committed
+        self._sql_guard = ObjectSqlGuard()
 
     @property
     def _label(self) -> str:
@@ -271,15 +273,19 @@ class SqliteObjectStore:
     # -- the ObjectStore protocol ---------------------------------------------------------
 
     async def exec(self, sql: str, params: Sequence[Any]) -> ExecResult:
-        async with self._guard("a SQL statement", sql):
-            before = self._conn.total_changes
-            cursor = await self._conn.execute(sql, tuple(params))
-            rows = await cursor.fetchall()
-        changed = self._conn.total_changes - before
-        dict_rows = [dict(r) for r in rows]
+        """The object's own statement, behind its walls (`object_sql.py`)."""
+        guard = self._sql_guard
+        args = tuple(params)
+        try:
+            async with self._guard("a SQL statement", sql):
+                rows, columns, changed = await on_thread(
+                    self._conn, lambda conn: guard.run(conn, sql, args))
+        except SqlError as exc:
+            if guard.refused is not None:
+                raise SqlError(f"{guard.refused} (in: {sql[:200]})", self.path) from exc
+            raise
         # The description names the columns even when no row came back.
-        columns = tuple(d[0] for d in cursor.description or ())
-        return ExecResult(columns, dict_rows, changed)
+        return ExecResult(columns, [dict(r) for r in rows], changed)
 
     async def kv_get(self, keys: Sequence[str]) -> dict[str, str]:
         marks = ",".join("?" * len(keys))

@@ -272,6 +272,11 @@ RUNTIME_MIGRATIONS: list[str] = [
     """
     ALTER TABLE bulk_batches ADD COLUMN cancel_reason TEXT;
     """,
+    # Whether the database was closed cleanly (index_check.py): after a start that
+    # finds it was not, the alarm index is checked against the objects' own files.
+    """
+    CREATE TABLE runtime_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+    """,
 ]
 
 def statements(script: str) -> list[str]:
