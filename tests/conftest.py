@@ -13,7 +13,8 @@ from tests import pg, watchdog
 __all__ = ["START_MS", "RuntimeFactory"]  # the tests import both from here
 # The behaviour suites that run on both backends (a test marked `sqlite_only` reaches
 # into SQLite files and runs on SQLite alone).
-BOTH_BACKENDS = ("tests/core/", "tests/durable/", "tests/conformance/", "tests/testing/")
+BOTH_BACKENDS = ("tests/kernel/", "tests/storage/", "tests/ops/", "tests/conformance/",
+                 "tests/testing/")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +36,7 @@ SLOW = (
     "tests/chaos/test_chaos.py", "tests/chaos/test_chaos_fleet.py",
     "tests/chaos/test_crash_windows.py", "tests/chaos/test_corruption.py",
     "tests/chaos/test_fuzz_ops.py", "tests/chaos/test_properties.py",
-    "tests/core/test_commit_kills.py", "tests/core/test_counters.py",
+    "tests/storage/test_commit_kills.py", "tests/storage/test_counters.py",
     "tests/fleet/test_nodes_processes.py", "tests/fleet/test_fleet_sockets_processes.py",
     "tests/fleet/test_postgres_outage.py", "tests/fleet/test_serve_postgres.py",
 )

@@ -18,7 +18,7 @@ model of what must happen:
   order, behaves exactly like a small model of the documented rules.
 
 (The retry policy and the due window already have their properties in
-tests/core/test_policy.py and tests/core/test_window.py.)
+tests/model/test_policy.py and tests/model/test_window.py.)
 """
 
 from __future__ import annotations

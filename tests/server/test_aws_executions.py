@@ -15,7 +15,7 @@ from tests.environment import required
 from tests.server.conftest import OPERATOR, VIEWER, ClientFactory, ServerFactory
 
 try:
-    from tests.durable import aws_handlers as h
+    from tests.kernel.executions import aws_handlers as h
 except ImportError:  # pragma: no cover - the aws extra is missing
     if required():
         raise

@@ -15,7 +15,7 @@ from alarmtop.server.commands import COMMANDS
 from alarmtop.server.ops import OpsService, Session
 from alarmtop.server.protocol import Audit, Role
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.test_bulk import FAR, Job, dead_letters
+from tests.ops.test_bulk import FAR, Job, dead_letters
 from tests.server.conftest import OPERATOR, VIEWER, ClientFactory, ServerFactory
 
 
@@ -152,7 +152,7 @@ async def test_a_paused_alarm_says_since_when_who_and_why(
 
 async def test_fire_and_snooze_an_execution_timer_from_the_board(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
-    from tests.core.test_bulk import board_flow
+    from tests.ops.test_bulk import board_flow
     rt = await make_runtime()
     rt.register_execution(board_flow)
     await rt.executions.start("board_flow", None, execution_id="w1")

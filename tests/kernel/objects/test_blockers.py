@@ -8,7 +8,7 @@ from typing import Any
 
 from alarmtop.core import DurableObject, ObjectContext, VirtualClock
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.tracked import spawn
+from tests.kernel.tracked import spawn
 
 HANDLES: dict[str, Any] = {}
 

@@ -1,6 +1,6 @@
 """Run in a child process by `test_descriptor_budget.py`, under a lowered RLIMIT_NOFILE.
 
-    python -m tests.core.fd_worker MODE DATA_DIR SOFT HARD [MAX_RESIDENT]
+    python -m tests.kernel.fd_worker MODE DATA_DIR SOFT HARD [MAX_RESIDENT]
 
 Modes: `start` (start a runtime, print the soft limit in force, or the budget's
 message), `emfile` (start within budget, use up the descriptors, make an object

@@ -1,6 +1,6 @@
 """A runtime in its own process that sets alarms and dies, for `test_lost_wal.py`.
 
-`python -m tests.core.wal_worker DATA_DIR`: on a virtual clock at START_MS, sets the
+`python -m tests.storage.wal_worker DATA_DIR`: on a virtual clock at START_MS, sets the
 alarms of `Keeper` objects k00..k19 (each writes to its own database), lets
 k18's alarm fire (it succeeds: done for good) and k19's die to a dead letter an
 operator then clears, hibernates every object (their files are whole, their logs

@@ -1,7 +1,7 @@
 """A runtime process killed at one exact write boundary, for `test_commit_kills.py`.
 
-    python -m tests.core.commit_worker die DATA CASE POINT N
-    python -m tests.core.commit_worker check DATA CASE
+    python -m tests.storage.commit_worker die DATA CASE POINT N
+    python -m tests.storage.commit_worker check DATA CASE
 
 `die` prepares CASE, arms the fault point POINT to SIGKILL the process at its Nth
 hit that concerns the object, then makes the call (or runs the attempt) of CASE;

@@ -1,8 +1,8 @@
 """A runtime process killed on one side of the clean-stop record, for
 `test_state_kills.py`.
 
-    python -m tests.core.state_worker die DATA POINT CLEAN
-    python -m tests.core.state_worker check DATA
+    python -m tests.storage.state_worker die DATA POINT CLEAN
+    python -m tests.storage.state_worker check DATA
 
 `die`: a first run (stopped cleanly) sets `Keeper/k`'s alarm; a second run arms
 POINT (`index.state.before` or `.after`) to SIGKILL the process when the record
@@ -20,7 +20,7 @@ import sys
 from alarmtop.core import VirtualClock
 from alarmtop.core.storage.faultpoints import FAULT_POINTS, kill, when
 from alarmtop.testing import START_MS
-from tests.core.wal_worker import Keeper, build
+from tests.storage.wal_worker import Keeper, build
 
 AT = START_MS + 60_000
 

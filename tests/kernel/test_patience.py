@@ -16,7 +16,7 @@ from alarmtop.core import DurableObject, VirtualClock
 from alarmtop.core.kernel.supervisor import patience, patience_left
 from alarmtop.core.model.errors import ObjectBusy
 from tests.conftest import RuntimeFactory
-from tests.core.tracked import spawn
+from tests.kernel.tracked import spawn
 
 
 class Slow(DurableObject):

@@ -21,7 +21,7 @@ from alarmtop.core.model import keys
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.storage.sqlite.alarm_rows import URGENCY_SQL
-from tests.core.runtime_db import RuntimeDb
+from tests.storage.runtime_db import RuntimeDb
 
 START_MS = 1_800_000_000_000
 PAGE = 7

@@ -13,7 +13,7 @@ import pytest
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState, Attempt
 from alarmtop.core.model.errors import StorageError
 from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
-from tests.core.runtime_db import RuntimeDb
+from tests.storage.runtime_db import RuntimeDb
 
 
 def rec(name: str, due: int | None, state: AlarmState = AlarmState.PENDING,

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from alarmtop.core.model.execution_errors import ValidationError
-from tests.durable import aws_handlers as h
+from tests.kernel.executions import aws_handlers as h
 
 
 async def test_a_handler_runs_in_a_worker_process(make_runtime: Any, clock: Any) -> None:
     rt = await make_runtime()
-    rt.register_lambda("fn", "tests.durable.aws_handlers:two_steps", isolation="process")
+    rt.register_lambda("fn", "tests.kernel.executions.aws_handlers:two_steps", isolation="process")
     await rt.executions.start("fn", "x", execution_id="p1")
     await clock.advance(3)
     d = await rt.executions.describe("p1")

@@ -18,7 +18,7 @@ import pytest
 
 from alarmtop.core.model.aws_errors import AwsServiceError
 from alarmtop.core.model.aws_state import AwsState, current_token
-from tests.durable import aws_handlers as h
+from tests.kernel.executions import aws_handlers as h
 
 DEADLINE_S = 10.0
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.core.state_worker", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.storage.state_worker", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.core.commit_worker import LATER_AT, NEW_AT, OLD_AT, REARM_AT
+from tests.storage.commit_worker import LATER_AT, NEW_AT, OLD_AT, REARM_AT
 
 ROOT = Path(__file__).resolve().parents[2]
 POINTS = ["index.commit.before", "index.commit.after", "object.commit.before",
@@ -28,7 +28,7 @@ POINTS = ["index.commit.before", "index.commit.after", "object.commit.before",
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.core.commit_worker", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tests.storage.commit_worker", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 

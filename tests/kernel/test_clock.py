@@ -12,7 +12,7 @@ import pytest
 from alarmtop.core.kernel.clock import ClockTimeout, Deadlines, SystemClock, VirtualClock
 from alarmtop.core.kernel.supervisor import Wakeup
 from tests.conftest import START_MS
-from tests.core.tracked import spawn
+from tests.kernel.tracked import spawn
 
 
 async def spin(rounds: int = 10) -> None:

@@ -12,7 +12,7 @@ import pytest
 from alarmtop.core import AlarmInfo, DurableObject, ObjectContext, Runtime, VirtualClock
 from alarmtop.core.model.errors import ReentrantCall, SqlError
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.tracked import spawn
+from tests.kernel.tracked import spawn
 
 
 @dataclass

@@ -16,7 +16,7 @@ from alarmtop.core.model import alarm_intent
 from alarmtop.core.model.alarm_intent import Intent
 from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.wal_worker import Keeper
+from tests.storage.wal_worker import Keeper
 
 KEY = ("Keeper", "k")
 

@@ -17,14 +17,14 @@ import pytest
 
 from alarmtop.core import VirtualClock
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.wal_worker import ALARMS, LATER_MS, Keeper, build
+from tests.storage.wal_worker import ALARMS, LATER_MS, Keeper, build
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.sqlite_only  # the runtime database's own files
 
 
 def crashed_with_alarms_in_the_log(data: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "tests.core.wal_worker", str(data)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tests.storage.wal_worker", str(data)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert "READY" in done.stdout, done.stderr
     assert (data / "runtime.sqlite-wal").stat().st_size > 0

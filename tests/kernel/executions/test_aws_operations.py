@@ -11,7 +11,7 @@ import pytest
 
 from alarmtop.core import AwsLimits, AwsOptions
 from alarmtop.core.model.aws_limits import LIMIT_ERROR
-from tests.durable import aws_handlers as h
+from tests.kernel.executions import aws_handlers as h
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from alarmtop.core.model.aws_errors import (
     InvalidParameterValueException,
     ResourceNotFoundException,
 )
-from tests.durable import aws_handlers as h
+from tests.kernel.executions import aws_handlers as h
 
 
 async def test_invoke_get_history_and_list(make_runtime: Any, clock: Any) -> None:

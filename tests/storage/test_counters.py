@@ -23,14 +23,14 @@ from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.storage.sqlite.counters import tally
 from alarmtop.core.storage.sqlite.schema import RUNTIME_MIGRATIONS, migrate
 from tests.conftest import START_MS, RuntimeFactory
-from tests.core.counters_worker import random_round
-from tests.core.runtime_db import RuntimeDb
+from tests.storage.counters_worker import random_round
+from tests.storage.runtime_db import RuntimeDb
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tests.core.counters_worker", *args],
+    return subprocess.run([sys.executable, "-m", "tests.storage.counters_worker", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
@@ -123,7 +123,7 @@ def test_counters_survive_a_kill_of_a_running_runtime(tmp_path: Path) -> None:
     data = tmp_path / "data"
     rng = random.Random(5)
     for life in range(3):
-        proc = subprocess.Popen([sys.executable, "-m", "tests.core.counters_worker",
+        proc = subprocess.Popen([sys.executable, "-m", "tests.storage.counters_worker",
                                  "runtime", str(data), str(life)], cwd=ROOT,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None

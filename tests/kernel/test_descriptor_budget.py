@@ -31,7 +31,7 @@ needs_room = pytest.mark.skipif(HARD != resource.RLIM_INFINITY and HARD < 8192,
 def worker(mode: str, data: Path, soft: int, hard: int,
            max_resident: int = 1000) -> tuple[dict[str, Any], str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.core.fd_worker", mode, str(data), str(soft), str(hard),
+        [sys.executable, "-m", "tests.kernel.fd_worker", mode, str(data), str(soft), str(hard),
          str(max_resident)], cwd=ROOT, capture_output=True, text=True, timeout=RUN_S)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1]), proc.stderr

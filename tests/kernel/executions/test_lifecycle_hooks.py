@@ -18,7 +18,7 @@ from alarmtop.core.durable import (
 from alarmtop.core.model import hook_info
 from alarmtop.core.model.operations import OpStatus, OpType
 from tests.conftest import RuntimeFactory
-from tests.core.test_hooks import Raises, Recorder
+from tests.kernel.test_hooks import Raises, Recorder
 
 tries: dict[str, int] = {}
 EXECUTION_HOOKS = ("on_invocation_start", "on_invocation_end", "on_operation_start",

@@ -1,9 +1,9 @@
 """A process writing a random workload to the runtime database, killed by SIGKILL, for
 `test_counters.py`.
 
-    python -m tests.core.counters_worker batches DATA SEED KILL_AT
-    python -m tests.core.counters_worker runtime DATA SEED
-    python -m tests.core.counters_worker check DATA
+    python -m tests.storage.counters_worker batches DATA SEED KILL_AT
+    python -m tests.storage.counters_worker runtime DATA SEED
+    python -m tests.storage.counters_worker check DATA
 
 `batches` writes random alarm rows, deletions, execution checkpoints and object
 listings straight to the alarm index, many writers at a time (so commits are
@@ -32,7 +32,7 @@ from alarmtop.core.model.alarm_policy import AlarmRecord, AlarmState
 from alarmtop.core.model.operations import ExecutionRecord, ExecutionStatus
 from alarmtop.core.model.storage_values import Counts
 from alarmtop.core.storage.sqlite.execution_log import SqliteExecutionLog
-from tests.core.runtime_db import RuntimeDb
+from tests.storage.runtime_db import RuntimeDb
 
 START_MS = 1_800_000_000_000
 NAMES = 60
