@@ -129,8 +129,9 @@ class LambdaApi:
         idempotent start); with another payload it is refused."""
         ref = function_name if qualifier is None else f"{function_name}:{qualifier}"
         fn = self._aws.functions.resolve(ref)
-        if invocation_type not in ("Event", "RequestResponse"):
-            raise invalid(f"InvocationType is Event or RequestResponse, not {invocation_type!r}")
+        if invocation_type not in ("Event", "RequestResponse", "DryRun"):
+            raise invalid(f"InvocationType is Event, RequestResponse or DryRun, not "
+                          f"{invocation_type!r}")
         if execution_name is not None:
             check_execution_name(execution_name)
         text = "{}" if payload in (None, "") else payload
@@ -139,6 +140,8 @@ class LambdaApi:
         except ValueError:
             raise InvalidRequestContentException(
                 "Could not parse request body into json: the payload is not JSON") from None
+        if invocation_type == "DryRun":  # checked, and nothing started
+            return {"StatusCode": 204}
         ends = self._events.subscribe(*_ENDS) if invocation_type == "RequestResponse" else None
         try:
             try:

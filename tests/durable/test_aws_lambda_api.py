@@ -186,7 +186,8 @@ async def test_invoke_by_name_is_idempotent_and_refuses_another_payload(
     with pytest.raises(InvalidRequestContentException):
         await api.invoke("fn", "{not json", execution_name="bad")
     with pytest.raises(InvalidParameterValueException):
-        await api.invoke("fn", "{}", invocation_type="DryRun")
+        await api.invoke("fn", "{}", invocation_type="Sync")
+    assert await api.invoke("fn", "{}", invocation_type="DryRun") == {"StatusCode": 204}
     got = await api.get_execution(first["DurableExecutionArn"], include_execution_data=False)
     assert got["ExecutionDataIncluded"] is False and "InputPayload" not in got
     await clock.advance(3)
