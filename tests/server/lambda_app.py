@@ -6,6 +6,9 @@ the Lambda API over HTTP: real AWS SDK handlers, registered with `register_lambd
   then a step: `"approved:<result>"`;
 - `remote`: the handler behind the endpoint `ALARMTOP_TEST_ENDPOINT` (when set),
   a process of its own that checkpoints back through the Lambda API.
+
+`ALARMTOP_TEST_RESPONSE_BYTES` makes the response limit small: an invocation's state
+then comes in pages, and the SDK reads the rest with GetDurableExecutionState.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from alarmtop.core import AwsOptions, Runtime
+from alarmtop.core import AwsLimits, AwsOptions, Runtime
 from alarmtop.core.model.alarm_policy import RetryPolicy
 from tests.durable import aws_handlers as h
 
@@ -25,8 +28,10 @@ REMOTE_RETRIES = RetryPolicy(max_retries=2, initial_delay_s=0.1, max_delay_s=0.2
 
 def build(data_dir: Path, backend: Any = None) -> Runtime:
     timeout = float(os.environ.get("ALARMTOP_TEST_INVOCATION_TIMEOUT_S", "900"))
+    limits = AwsLimits(response_bytes=int(os.environ.get("ALARMTOP_TEST_RESPONSE_BYTES",
+                                                          6 * 1024 * 1024)))
     rt = Runtime(data_dir, backend=backend, sweep_interval=1.0,
-                 aws=AwsOptions(invocation_timeout_s=timeout, liveness_s=0.5))
+                 aws=AwsOptions(limits=limits, invocation_timeout_s=timeout, liveness_s=0.5))
     rt.register_lambda("steps", h.many_steps)
     rt.register_lambda("cb", h.callback_then_step)
     endpoint = os.environ.get("ALARMTOP_TEST_ENDPOINT")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,7 +54,7 @@ class LambdaServe:
 
 
 def start(tmp: Path, *extra: str, dsn: str | None = None, keys: bool = True,
-          **env: str) -> LambdaServe:
+          lambda_port: int = 0, **env: str) -> LambdaServe:
     data, log = tmp / "data", tmp / "serve.log"
     extra_env = dict(env)
     if keys:
@@ -71,7 +72,7 @@ def start(tmp: Path, *extra: str, dsn: str | None = None, keys: bool = True,
         proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; from alarmtop.tui.cli import main; "
              "sys.exit(main())", "serve", "--app", APP, "--data-dir", str(data), "--port", "0",
-             "--lambda-api", "0", *fleet, *extra],
+             "--lambda-api", str(lambda_port), *fleet, *extra],
             cwd=ROOT, env=full_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=err, text=True)
     deadline = time.monotonic() + RUN_S
@@ -95,6 +96,12 @@ def stop(served: LambdaServe) -> int:
         if served.proc.poll() is None:
             served.proc.kill()
             served.proc.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def until(check: Callable[[], T | None], what: str, timeout_s: float = RUN_S) -> T:
