@@ -55,6 +55,7 @@ class LambdaServe:
 
 def start(tmp: Path, *extra: str, dsn: str | None = None, keys: bool = True,
           lambda_port: int = 0, **env: str) -> LambdaServe:
+    tmp.mkdir(parents=True, exist_ok=True)
     data, log = tmp / "data", tmp / "serve.log"
     extra_env = dict(env)
     if keys:
