@@ -40,6 +40,7 @@ SLOW = (
     "tests/fleet/test_postgres_outage.py", "tests/fleet/test_serve_postgres.py",
     "tests/server/test_lambda_http.py", "tests/server/test_lambda_http_wire.py",
     "tests/server/test_lambda_endpoint.py", "tests/tui/test_tmux_aws.py",
+    "tests/chaos/test_aws_chaos.py",
 )
 
 
