@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
+from alarmtop.core.model.aws_listing import StatusFilter
 from alarmtop.core.model.bulk_items import PREP_CHUNK, ItemOutcome
 from alarmtop.core.model.faults import Fault
 from alarmtop.core.model.keys import Cursor
@@ -291,6 +292,22 @@ class ExecutionLog(Protocol):
 
     async def counts(self) -> dict[str, int]:
         """Executions by status, from the counters kept with the writes."""
+        ...
+
+    async def by_function(self, function: str, *, statuses: StatusFilter | None = None,
+                          started_from_ms: int | None = None, started_to_ms: int | None = None,
+                          version: str | None = None, execution_id: str | None = None,
+                          after: tuple[int, str] | None = None, limit: int = 50,
+                          desc: bool = True) -> builtins.list[ExecutionRecord]:
+        """The executions of the Lambda-style function `function` by (created_ms, id),
+        the newest first unless not `desc`, from after the key `after`; filtered by
+        status (AWS's, `aws_listing.StatusFilter`), start time (inclusive), version
+        and id. Served by an index, on the read connection."""
+        ...
+
+    def delete_write(self, execution_id: str) -> ExtraWrite:
+        """A write deleting the execution and all of it (operations, history, timers,
+        recorded values), for the execution object's own commit."""
         ...
 
     async def ledger_deliver(self, key: str, value: Any, at_ms: int,

@@ -242,11 +242,11 @@ class Runtime:
                         version: str | None = None, timeout: int | None = None,
                         retries: RetryPolicy | None = None, paths: Iterable[str] = ()) -> Any:
         """Run a handler of the AWS SDK (`@durable_execution`, or "module:attr") as the
-        Lambda-style function `function_name`, unchanged: `executions.start(function_name,
-        ...)` runs it, in worker threads, or worker processes (`isolation="process"`,
-        importing it from `paths` first); a chained invoke may name it. A handler that is
-        not the SDK's is a plain function (`durable=False`), called once per invoke.
-        `timeout`: the execution timeout (s); `retries`: failed invocations' retries."""
+        Lambda-style function `function_name`, unchanged: in worker threads, processes
+        (`isolation="process"`, imported after `paths`), or behind `endpoint` (handler
+        None: the Lambda runtime-emulator contract, any language). A handler not the SDK's
+        is a plain function (`durable=False`), called once per invoke. `timeout`: the
+        execution timeout (s); `retries`: failed invocations' retries."""
         fn = self.aws.functions.add(function_name, handler, isolation=isolation,
                                     endpoint=endpoint, durable=durable, version=version,
                                     timeout_s=timeout, retries=retries, paths=tuple(paths))

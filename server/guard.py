@@ -158,10 +158,10 @@ def is_loopback(host: str) -> bool:
         return False  # a name: it may resolve anywhere
 
 
-def check_bind(host: str, tls: bool, insecure_no_tls: bool) -> None:
+def check_bind(host: str, tls: bool, insecure_no_tls: bool, flag: str = "--host") -> None:
     """Refuse to serve tokens in clear text beyond this machine unless told to."""
     if tls or insecure_no_tls or is_loopback(host):
         return
-    raise ValueError(f"--host {host} is reachable from other machines and tokens would "
+    raise ValueError(f"{flag} {host} is reachable from other machines and tokens would "
                      "cross the network in clear text: give --tls-cert/--tls-key, or "
                      "--insecure-no-tls if something else encrypts the traffic")

@@ -34,6 +34,8 @@ from alarmtop.core import Runtime
 from alarmtop.core.errors import AlarmtopError
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens, read_tokens, save_tokens
+from alarmtop.server.lambda_http import LambdaApiServer
+from alarmtop.server.lambda_keys import read_keys, save_keys
 from alarmtop.server.ops import DEADLINE_S
 
 STOP_S = 2.0  # from SIGINT to the process gone
@@ -162,18 +164,19 @@ def _writable(folder: Path) -> bool:
     return True
 
 
-def bind_error(exc: OSError, host: str, port: int) -> ServeError:
+def bind_error(exc: OSError, host: str, port: int, port_flag: str = "--port",
+               host_flag: str = "--host") -> ServeError:
     """What a failed bind means, and what to do about it."""
     where = f"{host}:{port}"
     if exc.errno == errno.EADDRINUSE:
         return ServeError(f"port {port} on {host} is in use (another alarmtop serve?): stop "
-                          "it, or give another --port")
+                          f"it, or give another {port_flag}")
     if exc.errno == errno.EACCES:
         return ServeError(f"not allowed to listen on {where} (ports below 1024 need "
-                          "privileges): give a --port above 1023")
+                          f"privileges): give a {port_flag} above 1023")
     if exc.errno == errno.EADDRNOTAVAIL:
         return ServeError(f"{host} is not an address of this machine: give one of its "
-                          "addresses to --host (default 127.0.0.1)")
+                          f"addresses to {host_flag} (default 127.0.0.1)")
     return ServeError(f"cannot listen on {where}: {exc.strerror or exc}")
 
 
@@ -183,12 +186,14 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
                         allow_origins: Iterable[str] = (),
                         command_timeout_s: float = DEADLINE_S,
                         metrics_token: str | None = None,
+                        lambda_api: tuple[str, int] | None = None,
                         on_signal: Callable[[], None] | None = None) -> bool:
     """Serve until SIGINT or SIGTERM, then stop within `STOP_S`; returns whether the
     stop left work behind (see `leave_now`). With `metrics_token`, a scrape of
-    /metrics must send it (`Authorization: Bearer <token>`). Raises `ServeError` (or
-    `TokenFileError`, `ValueError`, `DescriptorBudget`) with a message for the operator
-    when it cannot start.
+    /metrics must send it (`Authorization: Bearer <token>`). With `lambda_api`
+    (host, port), the Lambda API is served there too (`lambda_http`). Raises
+    `ServeError` (or `TokenFileError`, `ValueError`, `DescriptorBudget`) with a message
+    for the operator when it cannot start.
 
     `on_signal` is called at the signal itself, in the main thread, even while a
     handler holds the event loop (which then never sees the signal): `alarmtop serve`
@@ -197,11 +202,24 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
     server = OpsServer(rt, tokens, host, port, ssl_context=tls, insecure_no_tls=insecure_no_tls,
                        allow_origins=allow_origins, command_timeout_s=command_timeout_s)
     server.metrics.token = metrics_token
+    lam: LambdaApiServer | None = None
+    new_keys = False
+    if lambda_api is not None:
+        keys, new_keys = read_keys(data_dir)
+        lam = LambdaApiServer(rt, keys, *lambda_api, ssl_context=tls,
+                              insecure_no_tls=insecure_no_tls)
     rt.check_descriptors()  # before the port: a budget that cannot fit costs nothing
     try:
         await server.bind()
     except OSError as exc:
         raise bind_error(exc, host, port) from None
+    if lam is not None:
+        assert lambda_api is not None
+        try:
+            await lam.bind()
+        except OSError as exc:
+            await server.stop()
+            raise bind_error(exc, *lambda_api, "--lambda-api", "--lambda-api-host") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -217,16 +235,35 @@ async def serve_forever(rt: Runtime, data_dir: Path, host: str, port: int,
         try:
             await server.start()
             _announce(server, host, tokens_saved(tokens, new_roles, data_dir))
+            if lam is not None:
+                await lam.start()
+                _announce_lambda(lam, data_dir, new_keys)
             await _until_stopped(rt, stop, demo, ready)
         finally:
-            await server.stop(SERVER_GRACE_S)  # before the runtime stops: handlers call it
+            # Before the runtime stops: handlers call them.
+            if lam is not None:
+                await lam.stop(SERVER_GRACE_S)
+            await server.stop(SERVER_GRACE_S)
             await rt.stop(RUNTIME_GRACE_S)
     finally:
-        await server.stop()  # the port is bound even when the runtime did not start
+        await server.stop()  # the ports are bound even when the runtime did not start
+        if lam is not None:
+            await lam.stop(0)
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
-    return bool(rt.abandoned or server.abandoned)
+    return bool(rt.abandoned or server.abandoned or (lam is not None and lam.abandoned))
+
+
+def _announce_lambda(lam: LambdaApiServer, data_dir: Path, new_keys: bool) -> None:
+    print(f"alarmtop: Lambda API on {lam.url} (region {lam.region}; clients: "
+          f"AWS_ENDPOINT_URL_LAMBDA={lam.url})", file=sys.stderr, flush=True)
+    if new_keys:
+        path = save_keys(lam.keys, data_dir)
+        print(f"alarmtop: new Lambda API key pair (saved in {path}, shown once): "
+              f"AWS_ACCESS_KEY_ID={lam.keys.access_key_id} "
+              f"AWS_SECRET_ACCESS_KEY={lam.keys.secret_access_key}", file=sys.stderr,
+              flush=True)
 
 
 def tokens_saved(tokens: Tokens, roles: list[str], data_dir: Path) -> list[tuple[str, str, Path]]:

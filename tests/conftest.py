@@ -39,6 +39,9 @@ SLOW = (
     "tests/storage/test_commit_kills.py", "tests/storage/test_counters.py",
     "tests/fleet/test_nodes_processes.py", "tests/fleet/test_fleet_sockets_processes.py",
     "tests/fleet/test_postgres_outage.py", "tests/fleet/test_serve_postgres.py",
+    "tests/server/test_lambda_http.py", "tests/server/test_lambda_http_wire.py",
+    "tests/server/test_lambda_endpoint.py", "tests/tui/test_tmux_aws.py",
+    "tests/chaos/test_aws_chaos.py",
 )
 
 

@@ -355,6 +355,15 @@ def build_serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--audit-max-rows", type=retention(int, "rows"), default=UNSET,
                    metavar="N", help="keep at most the newest N audit rows (default: the "
                    "runtime's, 1000000; 'off': no cap)")
+    aws = p.add_argument_group("AWS Lambda API (alarmtop[aws])")
+    aws.add_argument("--lambda-api", type=port_number, default=None, metavar="PORT",
+                     help="also serve the Lambda API's durable-execution routes here, "
+                     "SigV4-signed (for boto3 and handlers in other processes: "
+                     "AWS_ENDPOINT_URL_LAMBDA); keys: ALARMTOP_LAMBDA_ACCESS_KEY_ID/"
+                     "_SECRET_ACCESS_KEY, or DATA_DIR/lambda.credentials (made on first start)")
+    aws.add_argument("--lambda-api-host", default=None, metavar="HOST",
+                     help="address the Lambda API binds (default 127.0.0.1; another one "
+                     "needs --tls-cert, which it then serves too, or --insecure-no-tls)")
     fleet = p.add_argument_group("fleet on PostgreSQL")
     fleet.add_argument("--postgres", metavar="DSN", default=os.environ.get("ALARMTOP_POSTGRES_DSN"),
                        help="run as a node of a fleet on this PostgreSQL (default: "
@@ -439,6 +448,14 @@ def serve_main(argv: list[str]) -> int:
     backend = None
     try:
         check_bind(args.host, args.tls_cert is not None, args.insecure_no_tls)
+        lambda_api = None
+        if args.lambda_api is not None:
+            lambda_api = (args.lambda_api_host or "127.0.0.1", args.lambda_api)
+            check_bind(lambda_api[0], args.tls_cert is not None, args.insecure_no_tls,
+                       "--lambda-api-host")
+        elif args.lambda_api_host is not None:
+            raise ServeError("--lambda-api-host is where the Lambda API listens: give "
+                             "--lambda-api PORT too")
         check_data_dir(args.data_dir)
         tls = tls_context(args.tls_cert, args.tls_key)
         metrics_token = (None if args.metrics_token_file is None
@@ -478,7 +495,7 @@ def serve_main(argv: list[str]) -> int:
                                demo=args.demo, insecure_no_tls=args.insecure_no_tls,
                                allow_origins=args.allow_origin,
                                command_timeout_s=args.command_timeout or DEADLINE_S,
-                               metrics_token=metrics_token,
+                               metrics_token=metrics_token, lambda_api=lambda_api,
                                on_signal=lambda: rt.watchdog.exit_within(STOP_S - 0.1)):
             # A task ignored its cancellation: the loop's close would wait for it forever.
             leave_now(0, abandoned=True)

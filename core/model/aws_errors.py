@@ -11,7 +11,12 @@ execution; a 5xx, a 429 and a stale token make the invocation run again.
      └── AwsServiceError                         code, message, HTTP status
           ├── InvalidParameterValueException     400: the request is wrong
           ├── ResourceNotFoundException          404: no such execution or callback
-          ├── CallbackTimeoutException           408: the callback has timed out
+          ├── ResourceConflictException          409: not in a state that allows it
+          ├── DurableExecutionAlreadyStartedException  409: the name runs another input
+          ├── InvalidRequestContentException     400: the body is not what it must be
+          ├── CallbackTimeoutException           400: the callback has timed out
+          ├── RequestTooLargeException           413: the request body is too large
+          ├── UnsupportedMediaTypeException      415
           ├── TooManyRequestsException           429
           └── ServiceException                   500: the service failed (retryable)
 
@@ -59,9 +64,34 @@ class ResourceNotFoundException(AwsServiceError):
     status = 404
 
 
+class ResourceConflictException(AwsServiceError):
+    code = "ResourceConflictException"
+    status = 409
+
+
+class DurableExecutionAlreadyStartedException(AwsServiceError):
+    code = "DurableExecutionAlreadyStartedException"
+    status = 409
+
+
+class InvalidRequestContentException(AwsServiceError):
+    code = "InvalidRequestContentException"
+    status = 400
+
+
 class CallbackTimeoutException(AwsServiceError):
     code = "CallbackTimeoutException"
-    status = 408
+    status = 400  # as the Lambda API's model says (not 408)
+
+
+class RequestTooLargeException(AwsServiceError):
+    code = "RequestTooLargeException"
+    status = 413
+
+
+class UnsupportedMediaTypeException(AwsServiceError):
+    code = "UnsupportedMediaTypeException"
+    status = 415
 
 
 class TooManyRequestsException(AwsServiceError):
@@ -76,8 +106,11 @@ class ServiceException(AwsServiceError):
 
 _BY_CODE: dict[str, type[AwsServiceError]] = {
     cls.code: cls for cls in (InvalidParameterValueException, ResourceNotFoundException,
-                              CallbackTimeoutException, TooManyRequestsException,
-                              ServiceException)}
+                              ResourceConflictException, CallbackTimeoutException,
+                              DurableExecutionAlreadyStartedException,
+                              InvalidRequestContentException,
+                              RequestTooLargeException, UnsupportedMediaTypeException,
+                              TooManyRequestsException, ServiceException)}
 
 
 def invalid(message: str) -> InvalidParameterValueException:

@@ -26,6 +26,27 @@ FAULT_KINDS: dict[str, str] = {
                          "(times): the invocation ends PENDING and another carries on",
 }
 _STEP_KINDS = {"step_raise", "step_crash", "compensation_fail", "idempotency_off"}
+STEP_KINDS = tuple(k for k in FAULT_KINDS if k in _STEP_KINDS)  # they name a step
+# What a fault may target: an object's alarm, a native execution's steps, or the
+# checkpoint boundary of an execution of the AWS SDK's handlers.
+TARGET_KINDS = ("object", "execution", "aws")
+
+
+def kinds_for(target_kind: str) -> list[str]:
+    """The fault kinds a target of `target_kind` (one of `TARGET_KINDS`) takes, in the
+    order of `FAULT_KINDS`: what a console offers it."""
+    if target_kind == "object":
+        return [k for k in FAULT_KINDS if k.startswith("alarm_")]
+    if target_kind == "aws":
+        return [k for k in FAULT_KINDS if k.startswith("checkpoint_")]
+    if target_kind == "execution":
+        return [k for k in FAULT_KINDS if not k.startswith(("alarm_", "checkpoint_"))]
+    raise InvalidFault(f"a fault targets one of {', '.join(TARGET_KINDS)}, not {target_kind!r}")
+
+
+def needs_seconds(kind: str) -> bool:
+    """Whether the kind waits (`seconds=`)."""
+    return kind.endswith("_delay")
 
 
 class InjectedFault(RuntimeError):
@@ -71,7 +92,7 @@ def validate_fault(target: str, kind: str, times: int | None, seconds: float | N
         raise InvalidFault(f"{kind} targets an object: write it as 'Class/name', not {target!r}")
     if times is not None and (not isinstance(times, int) or isinstance(times, bool) or times < 1):
         raise InvalidFault(f"times must be a whole number >= 1 or None (always), not {times!r}")
-    if kind in ("alarm_delay", "checkpoint_delay") and (
+    if needs_seconds(kind) and (
             not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
             or not math.isfinite(seconds) or seconds <= 0):
         raise InvalidFault(f"{kind} needs seconds > 0, e.g. seconds=5")

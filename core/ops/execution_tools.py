@@ -117,6 +117,17 @@ class ExecutionTools:
         return await self._audited("redrive", execution_id, reason, actor, role,
                                    {"version": version, "force": bool(force)}, run)
 
+    async def delete(self, execution_id: str, *, reason: str | None = None,
+                     actor: str = "api", role: str | None = None) -> dict[str, Any]:
+        """Delete a finished execution of a Lambda-style function and all its data
+        (DeleteDurableExecution): its record, operations, history and timers go in
+        one commit of its object; what it started (chained invokes) stays."""
+        async def run() -> dict[str, Any]:
+            await self._record(execution_id)
+            out: dict[str, Any] = await self._stub(execution_id).aws_delete()
+            return out
+        return await self._audited("delete", execution_id, reason, actor, role, {}, run)
+
     async def fork(self, source_id: str, from_step: str, input: Any = None,
                    execution_id: str | None = None, version: str | None = None, *,
                    force: bool = False, reason: str | None = None, actor: str = "api",

@@ -3,7 +3,7 @@
 The one door the Lambda API's HTTP routes (and any caller that speaks AWS) go
 through: Invoke, CheckpointDurableExecution, GetDurableExecutionState,
 GetDurableExecution, GetDurableExecutionHistory, ListDurableExecutionsByFunction,
-Stop/Pause/ResumeDurableExecution and the three callback calls. Arguments and
+Stop/Pause/Resume/DeleteDurableExecution and the three callback calls. Arguments and
 answers are AWS's (PascalCase dicts, timestamps in epoch seconds, results as JSON
 text); refusals are `AwsServiceError`s with AWS's codes and statuses. Underneath it
 is `runtime.executions` (so every operator action is audited as the console's are)
@@ -13,17 +13,27 @@ and the service side of the SDK (`AwsService`).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from alarmtop.core.kernel.events import EventBus
-from alarmtop.core.kernel.executions.aws.calls import AWS_STATUS
 from alarmtop.core.kernel.executions.aws.service import AwsService
 from alarmtop.core.model.aws_arn import check_execution_name, execution_id_of
 from alarmtop.core.model.aws_errors import (
     AwsServiceError,
     CallbackTimeoutException,
+    DurableExecutionAlreadyStartedException,
+    InvalidRequestContentException,
+    ResourceConflictException,
     ResourceNotFoundException,
     invalid,
+)
+from alarmtop.core.model.aws_listing import (
+    aws_status,
+    decode_marker,
+    encode_marker,
+    epoch_ms,
+    status_filter,
 )
 from alarmtop.core.model.aws_state import AwsState
 from alarmtop.core.model.execution_errors import (
@@ -57,18 +67,40 @@ def _without_data(ev: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _page(marker: Any, max_items: Any, default: int) -> tuple[int, int]:
-    if max_items is None:
-        max_items = default
+def _max_items(max_items: Any, default: int) -> int:
+    if max_items is None or max_items == 0:  # 0, as AWS reads it: the default
+        return default
     if not isinstance(max_items, int) or isinstance(max_items, bool) or \
             not 0 < max_items <= MAX_ITEMS:
-        raise invalid(f"MaxItems is 1-{MAX_ITEMS}, not {max_items!r}")
+        raise invalid(f"MaxItems is 0-{MAX_ITEMS}, not {max_items!r}")
+    return max_items
+
+
+def _event_marker(marker: Any) -> int | None:
     if marker in (None, ""):
-        return 0, max_items
+        return None
     try:
-        return int(str(marker)), max_items
+        return int(str(marker))
     except ValueError:
-        raise invalid("Invalid Marker") from None
+        raise invalid("Invalid Marker: give the NextMarker of the page before") from None
+
+
+def _flag(value: Any, name: str, default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise invalid(f"{name} is true or false, not {value!r}")
+    return value
+
+
+def function_error(error: dict[str, Any] | None) -> str:
+    """A failed execution's Payload, as Lambda answers a function error."""
+    error = error or {}
+    out: dict[str, Any] = {"errorType": error.get("ErrorType") or "Error",
+                           "errorMessage": error.get("ErrorMessage") or ""}
+    if error.get("StackTrace"):
+        out["stackTrace"] = error["StackTrace"]
+    return json.dumps(out)
 
 
 class LambdaApi:
@@ -89,23 +121,44 @@ class LambdaApi:
 
     async def invoke(self, function_name: str, payload: str | None = None, *,
                      execution_name: str | None = None, invocation_type: str = "Event",
-                     wait_s: float | None = None) -> dict[str, Any]:
+                     wait_s: float | None = None,
+                     qualifier: str | None = None) -> dict[str, Any]:
         """Start an execution of a registered function (`Event`), or start it and wait
-        for its end (`RequestResponse`, at most `wait_s`: then its `Payload`)."""
-        fn = self._aws.functions.resolve(function_name)
-        if invocation_type not in ("Event", "RequestResponse"):
-            raise invalid(f"InvocationType is Event or RequestResponse, not {invocation_type!r}")
+        for its end (`RequestResponse`, at most `wait_s`: then its `Payload`). The same
+        `execution_name` again with the same payload is the same execution (AWS's
+        idempotent start); with another payload it is refused."""
+        ref = function_name if qualifier is None else f"{function_name}:{qualifier}"
+        fn = self._aws.functions.resolve(ref)
+        if invocation_type not in ("Event", "RequestResponse", "DryRun"):
+            raise invalid(f"InvocationType is Event, RequestResponse or DryRun, not "
+                          f"{invocation_type!r}")
         if execution_name is not None:
             check_execution_name(execution_name)
+        text = "{}" if payload in (None, "") else payload
+        try:
+            json.loads(text)
+        except ValueError:
+            raise InvalidRequestContentException(
+                "Could not parse request body into json: the payload is not JSON") from None
+        if invocation_type == "DryRun":  # checked, and nothing started
+            return {"StatusCode": 204}
         ends = self._events.subscribe(*_ENDS) if invocation_type == "RequestResponse" else None
         try:
-            eid = await self._executions.start(fn.name, None, execution_name,
-                                               input_text=payload or "{}")
+            try:
+                eid = await self._executions.start(fn.name, None, execution_name,
+                                                   input_text=text)
+            except InvalidExecutionState as exc:  # the name is another function's
+                raise DurableExecutionAlreadyStartedException(str(exc)) from None
+            rec = await self._record(eid)
+            if rec.input != text:
+                raise DurableExecutionAlreadyStartedException(
+                    f"the durable execution {eid!r} has already been started with another "
+                    "payload: give another DurableExecutionName")
             arn = self._aws.place.execution_arn(fn.name, fn.version, eid)
             if ends is None:
                 return {"StatusCode": 202, "DurableExecutionArn": arn}
-            await self._until_ended(eid, ends, wait_s)
-        except (ValidationError, InvalidExecutionState) as exc:
+            ended = await self._until_ended(eid, ends, wait_s)
+        except ValidationError as exc:
             raise invalid(str(exc)) from None
         finally:
             if ends is not None:
@@ -113,22 +166,31 @@ class LambdaApi:
         rec = await self._record(arn)
         out: dict[str, Any] = {"StatusCode": 200, "DurableExecutionArn": arn,
                                "ExecutedVersion": fn.version}
-        if rec.status.value == "succeeded":
-            out["Payload"] = rec.result
-        elif rec.finished:
+        if not ended:
             out["FunctionError"] = "Unhandled"
-            out["Payload"] = rec.error
+            out["Payload"] = json.dumps({
+                "errorType": "Sandbox.Timedout", "errorMessage":
+                f"the execution did not end within {wait_s:g}s; it runs on (read it with "
+                "GetDurableExecution)"})
+        elif rec.status.value == "succeeded":
+            out["Payload"] = rec.result if rec.result is not None else "null"
+        else:
+            out["FunctionError"] = "Unhandled"
+            out["Payload"] = function_error(rec.error)
         return out
 
-    async def _until_ended(self, eid: str, ends: Any, wait_s: float | None) -> None:
+    async def _until_ended(self, eid: str, ends: Any, wait_s: float | None) -> bool:
         rec = await self._executions.engine.store.get(eid)
         if rec is not None and rec.finished:
-            return
-        async with asyncio.timeout(wait_s):
-            while True:
-                event = await ends.get()
-                if event.data.get("execution_id") == eid:
-                    return
+            return True
+        try:
+            async with asyncio.timeout(wait_s):
+                while True:
+                    event = await ends.get()
+                    if event.data.get("execution_id") == eid:
+                        return True
+        except TimeoutError:
+            return False
 
     # -- the SDK's two calls ---------------------------------------------------------------
 
@@ -142,63 +204,102 @@ class LambdaApi:
 
     # -- reads -----------------------------------------------------------------------------
 
-    async def get_execution(self, arn: str) -> dict[str, Any]:
+    async def get_execution(self, arn: str, include_execution_data: Any = None
+                            ) -> dict[str, Any]:
         rec = await self._record(arn)
+        data = _flag(include_execution_data, "IncludeExecutionData", True)
         aws = AwsState.from_dict(rec.aws or {})
         out: dict[str, Any] = {
             "DurableExecutionArn": aws.arn, "DurableExecutionName": rec.id,
             "FunctionArn": self._aws.place.function_arn(aws.function, aws.qualifier),
-            "Status": AWS_STATUS[rec.status.value], "Version": aws.qualifier,
-            "StartTimestamp": _seconds(rec.created_ms), "InputPayload": rec.input}
+            "Status": aws_status(rec.status.value, rec.paused is not None),
+            "Version": aws.qualifier, "StartTimestamp": _seconds(rec.created_ms),
+            "ExecutionDataIncluded": data}
+        if rec.timeout_s:
+            out["DurableConfig"] = {"ExecutionTimeout": rec.timeout_s}
+            if not rec.finished:
+                out["ExpectedExecutionTimeoutTimestamp"] = _seconds(rec.timeout_at_ms)
+        if rec.paused is not None and not rec.finished:
+            # The execution timeout keeps counting while paused (alarmtop's pause).
+            out["PauseDetails"] = {"PauseRequestTimestamp": _seconds(rec.paused_ms),
+                                   "Reason": rec.paused, "ExecutionTimeoutPaused": False}
         if rec.ended_ms is not None:
             out["EndTimestamp"] = _seconds(rec.ended_ms)
-        if rec.result is not None:
-            out["Result"] = rec.result
-        if rec.error is not None:
-            out["Error"] = rec.error
+        if data:
+            out["InputPayload"] = rec.input
+            if rec.result is not None:
+                out["Result"] = rec.result
+            if rec.error is not None:
+                out["Error"] = rec.error
         return out
 
-    async def history(self, arn: str, include_execution_data: bool = True,
-                      marker: Any = None, max_items: Any = None) -> dict[str, Any]:
+    async def history(self, arn: str, include_execution_data: Any = True,
+                      marker: Any = None, max_items: Any = None,
+                      reverse_order: Any = None) -> dict[str, Any]:
+        """GetDurableExecutionHistory: events by id (the newest first with
+        `reverse_order`), paged by the id of the last event of the page before."""
         rec = await self._record(arn)
-        after, limit = _page(marker, max_items, 100)
-        events = await self._executions.engine.store.history(rec.id, after, limit + 1)
-        more = len(events) > limit
-        events = events[:limit]
-        if not include_execution_data:
+        data = _flag(include_execution_data, "IncludeExecutionData", True)
+        reverse = _flag(reverse_order, "ReverseOrder", False)
+        limit, after = _max_items(max_items, 100), _event_marker(marker)
+        store = self._executions.engine.store
+        if reverse:
+            before = after if after is not None else await store.max_event_id(rec.id) + 1
+            lo = max(0, before - limit - 1)
+            events = [ev for ev in await store.history(rec.id, lo, before - lo - 1)
+                      if ev["EventId"] < before][::-1]
+            more = lo > 0
+        else:
+            events = await store.history(rec.id, after or 0, limit + 1)
+            more = len(events) > limit
+            events = events[:limit]
+        if not data:
             events = [_without_data(ev) for ev in events]
         out: dict[str, Any] = {"Events": events}
-        if more:
+        if more and events:
             out["NextMarker"] = str(events[-1]["EventId"])
         return out
 
-    async def list_by_function(self, function_name: str, statuses: list[str] | None = None,
-                               started_after: float | None = None,
-                               started_before: float | None = None, marker: Any = None,
-                               max_items: Any = None) -> dict[str, Any]:
-        """ListDurableExecutionsByFunction: the newest first, paged by a marker."""
+    async def list_by_function(self, function_name: str, statuses: Any = None,
+                               started_after: Any = None, started_before: Any = None,
+                               marker: Any = None, max_items: Any = None, *,
+                               reverse_order: Any = None, execution_name: str | None = None,
+                               qualifier: str | None = None) -> dict[str, Any]:
+        """ListDurableExecutionsByFunction: the newest first (the oldest with
+        `reverse_order`), filtered by status, start time, name and version, paged by
+        the key of the last execution of the page before (an index serves it)."""
         fn = self._aws.functions.resolve(function_name)
-        skip, limit = _page(marker, max_items, 50)
-        store, seen = self._executions.engine.store, 0
-        rows: list[dict[str, Any]] = []
-        for rec in sorted(await store.list(limit=100_000), key=lambda r: -r.created_ms):
-            if rec.aws is None or rec.name != fn.name:
-                continue
-            status = AWS_STATUS[rec.status.value]
-            started = rec.created_ms / 1000
-            if (statuses and status not in statuses) or (
-                    started_after is not None and started < started_after) or (
-                    started_before is not None and started > started_before):
-                continue
-            seen += 1
-            if seen <= skip:
-                continue
-            if len(rows) == limit:
-                return {"DurableExecutions": rows, "NextMarker": str(skip + limit)}
-            rows.append({"DurableExecutionArn": AwsState.from_dict(rec.aws).arn,
-                         "DurableExecutionName": rec.id, "Status": status,
-                         "StartTimestamp": started, "EndTimestamp": _seconds(rec.ended_ms)})
-        return {"DurableExecutions": rows}
+        wanted = status_filter(statuses)
+        limit = _max_items(max_items, 50)
+        after = decode_marker(marker)
+        desc = not _flag(reverse_order, "ReverseOrder", False)
+        if execution_name is not None:
+            check_execution_name(execution_name)
+        if qualifier is not None:
+            self._aws.functions.resolve(f"{fn.name}:{qualifier}")
+        if wanted is not None and wanted.nothing:
+            return {"DurableExecutions": []}
+        recs = await self._executions.engine.store.by_function(
+            fn.name, statuses=wanted, started_from_ms=epoch_ms(started_after, "StartedAfter"),
+            started_to_ms=epoch_ms(started_before, "StartedBefore"), version=qualifier,
+            execution_id=execution_name, after=after, limit=limit + 1, desc=desc)
+        rows = [self._listed(rec) for rec in recs[:limit]]
+        out: dict[str, Any] = {"DurableExecutions": rows}
+        if len(recs) > limit:
+            last = recs[limit - 1]
+            out["NextMarker"] = encode_marker(last.created_ms, last.id)
+        return out
+
+    def _listed(self, rec: ExecutionRecord) -> dict[str, Any]:
+        aws = AwsState.from_dict(rec.aws or {})
+        row: dict[str, Any] = {
+            "DurableExecutionArn": aws.arn, "DurableExecutionName": rec.id,
+            "FunctionArn": self._aws.place.function_arn(aws.function, aws.qualifier),
+            "Status": aws_status(rec.status.value, rec.paused is not None),
+            "StartTimestamp": _seconds(rec.created_ms)}
+        if rec.ended_ms is not None:
+            row["EndTimestamp"] = _seconds(rec.ended_ms)
+        return row
 
     # -- operators -------------------------------------------------------------------------
 
@@ -211,27 +312,47 @@ class LambdaApi:
             raise invalid(str(exc)) from None
         return {"StopTimestamp": self._aws.clock.now_ms() / 1000}
 
-    async def pause(self, arn: str) -> dict[str, Any]:
+    async def pause(self, arn: str, reason: str | None = None,
+                    execution_timeout_paused: Any = None) -> dict[str, Any]:
         rec = await self._record(arn)
+        if _flag(execution_timeout_paused, "ExecutionTimeoutPaused", False):
+            raise invalid("ExecutionTimeoutPaused: alarmtop keeps the execution timeout "
+                          "running while an execution is paused; leave it false")
         try:
-            await self._executions.pause(rec.id, "paused through the Lambda API", actor=ACTOR)
+            await self._executions.pause(rec.id, reason or "paused through the Lambda API",
+                                         actor=ACTOR)
         except InvalidExecutionState as exc:
-            raise invalid(str(exc)) from None
+            raise ResourceConflictException(str(exc)) from None
         return {}
 
-    async def resume(self, arn: str) -> dict[str, Any]:
+    async def resume(self, arn: str, reason: str | None = None) -> dict[str, Any]:
         rec = await self._record(arn)
         try:
-            await self._executions.resume(rec.id, actor=ACTOR)
+            await self._executions.resume(rec.id, reason=reason, actor=ACTOR)
         except InvalidExecutionState as exc:
-            raise invalid(str(exc)) from None
+            raise ResourceConflictException(str(exc)) from None
         return {}
+
+    async def delete(self, arn: str) -> dict[str, Any]:
+        """DeleteDurableExecution: a finished execution and all its data, gone."""
+        rec = await self._record(arn)
+        if not rec.finished:
+            raise ResourceConflictException(
+                f"the durable execution {rec.id!r} is {aws_status(rec.status.value, False)}: "
+                "only a SUCCEEDED, FAILED, STOPPED or TIMED_OUT execution can be deleted")
+        try:
+            await self._executions.tools.delete(rec.id, actor=ACTOR)
+        except InvalidExecutionState as exc:
+            raise ResourceConflictException(str(exc)) from None
+        except UnknownExecution as exc:
+            raise ResourceNotFoundException(str(exc)) from None
+        return {"DeletionRequestTimestamp": self._aws.clock.now_ms() / 1000}
 
     # -- callbacks -------------------------------------------------------------------------
 
     async def callback_success(self, callback_id: str, result: bytes | str | None = None
                                ) -> dict[str, Any]:
-        text = result.decode() if isinstance(result, bytes) else result
+        text = result.decode("utf-8", "replace") if isinstance(result, bytes) else result
         await self._callback(self._executions.send_callback_success(callback_id, text))
         return {}
 

@@ -8,6 +8,7 @@ from alarmtop.core.kernel.clock import VirtualClock
 from alarmtop.core.kernel.events import EventBus, Subscription
 from alarmtop.core.kernel.faults import FAULT_KINDS, FaultRegistry, InjectedFault
 from alarmtop.core.model.errors import InvalidArgument, InvalidFault, UnknownFault
+from alarmtop.core.model.faults import TARGET_KINDS, kinds_for, needs_seconds
 from tests.conftest import START_MS
 
 TARGET = "Lease/l1"
@@ -113,6 +114,19 @@ def test_every_kind_is_injectable_with_its_parameters(faults: FaultRegistry) -> 
         extra = params.get(kind, {} if kind.startswith("alarm_") else {"step": "s"})
         faults.inject(target, kind, **extra)  # type: ignore[arg-type]
     assert sorted(f["kind"] for f in faults.list()) == sorted(FAULT_KINDS)
+
+
+def test_each_target_takes_its_own_kinds() -> None:
+    """What a console offers: an object the alarm kinds, a native execution the step
+    kinds, an execution of the AWS SDK's handlers the checkpoint kinds; all of them."""
+    assert kinds_for("object") == ["alarm_raise", "alarm_delay"]
+    assert kinds_for("execution") == ["step_raise", "step_crash", "compensation_fail",
+                                      "idempotency_off"]
+    assert kinds_for("aws") == ["checkpoint_fail", "checkpoint_delay", "checkpoint_revoke"]
+    assert sorted(k for t in TARGET_KINDS for k in kinds_for(t)) == sorted(FAULT_KINDS)
+    assert [k for k in FAULT_KINDS if needs_seconds(k)] == ["alarm_delay", "checkpoint_delay"]
+    with pytest.raises(InvalidFault, match="not 'lambda'"):
+        kinds_for("lambda")
 
 
 def test_clearing_twice_raises_unknown_fault(faults: FaultRegistry) -> None:

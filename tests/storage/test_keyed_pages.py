@@ -350,3 +350,39 @@ async def test_pages_and_lookups_search_an_index_and_never_scan_or_sort_a_table(
     scans = [s for s in steps if s.startswith("SCAN") and "CONSTANT" not in s and s != "SCAN k"]
     assert len(steps) > 20 and not scans, scans
     assert not [s for s in steps if "TEMP B-TREE" in s], steps
+
+
+async def test_a_function_listing_seeks_its_index_and_pages_by_key(index: RuntimeDb) -> None:
+    """ListDurableExecutionsByFunction's pages: a range of the (function, start, id)
+    index from the cursor, newest first or oldest first, never a scan of the
+    executions nor a sort; the pages together are the function's executions in order."""
+    store = index.log
+    aws = {"function": "fn", "qualifier": "$LATEST", "arn": "a"}
+    for i in range(40):
+        name = ("fn", "other")[i % 4 == 3]
+        rec = ExecutionRecord(f"e{i:02d}", name, "$LATEST", ExecutionStatus.RUNNING, "{}",
+                              START_MS + (i // 2), START_MS, aws=aws)
+        await store.checkpoint(rec.id, rec)
+    native = ExecutionRecord("n1", "fn", "1", ExecutionStatus.RUNNING, "{}", START_MS, START_MS)
+    await store.checkpoint("n1", native)
+    mine = sorted(((START_MS + i // 2, f"e{i:02d}") for i in range(40) if i % 4 != 3),
+                  reverse=True)
+    seen: list[str] = []
+    conn = index._reader._conn
+    assert conn is not None
+    conn.set_trace_callback(seen.append)
+    try:
+        for desc in (True, False):
+            got, after = [], None
+            while True:
+                page = await store.by_function("fn", after=after, limit=PAGE, desc=desc)
+                if not page:
+                    break
+                got += [(r.created_ms, r.id) for r in page]
+                after = got[-1]
+            assert got == (mine if desc else mine[::-1])
+    finally:
+        conn.set_trace_callback(None)
+    steps = plans(index.conn, seen)
+    assert steps and all("executions_function" in s for s in steps if "executions" in s), steps
+    assert not [s for s in steps if s.startswith("SCAN") or "TEMP B-TREE" in s], steps

@@ -14,6 +14,10 @@ def test_times_or_always_and_seconds_as_numbers() -> None:
         "target": "F/a", "kind": "alarm_delay", "always": True, "seconds": 2.5}
     assert fault_args("e1", "step_crash", "1", "", " reserve ", "C") == {
         "target": "e1", "kind": "step_crash", "times": 1, "step": "reserve", "point": "C"}
+    assert fault_args("e1", "checkpoint_delay", "3", "1.5", "", "B") == {
+        "target": "e1", "kind": "checkpoint_delay", "times": 3, "seconds": 1.5}
+    assert fault_args("e1", "checkpoint_revoke", "1", "", "", "B") == {
+        "target": "e1", "kind": "checkpoint_revoke", "times": 1}
 
 
 @pytest.mark.parametrize(("kind", "times", "seconds", "step", "says"), [
@@ -22,6 +26,8 @@ def test_times_or_always_and_seconds_as_numbers() -> None:
     ("alarm_delay", "", "0", "", "above 0"),
     ("alarm_delay", "", "soon", "", "not 'soon'"),
     ("alarm_delay", "", "", "", "alarm_delay needs seconds"),
+    ("checkpoint_delay", "", "", "", "checkpoint_delay needs seconds: how long each "
+                                     "checkpoint's answer waits"),
     ("alarm_raise", "two", "", "", "times is a whole number"),
     ("alarm_raise", "0", "", "", "times is 1 or more"),
     ("compensation_fail", "", "", "", "needs the step's name"),

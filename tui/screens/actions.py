@@ -196,14 +196,16 @@ class ActionsMixin(ConsoleScreen):
     @work(group="actions")
     async def _inject_fault(self, target: str) -> None:
         steps = []
+        aws = False
         if "/" not in target:
             detail = await self.console.fetch("execution", execution_id=target)
             steps = [s["step"] for s in (detail or {}).get("saga", []) if s.get("step")]
+            aws = (detail or {}).get("kind") == "aws"  # its faults are at the checkpoints
         fields: dict[str, str] | None = None
         problem = ""
         while True:  # a refused fault opens the form again, as it was typed
             answer = await self.app.push_screen_wait(FaultDialog(target, steps, fields,
-                                                                 problem))
+                                                                 problem, aws=aws))
             if not answer:
                 return
             fields = answer["fields"]

@@ -16,9 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-FAULT_KINDS = ["alarm_raise", "alarm_delay", "step_raise", "step_crash", "compensation_fail",
-               "idempotency_off"]
-STEP_KINDS = ("step_raise", "step_crash", "compensation_fail", "idempotency_off")
+from alarmtop.core.model.faults import FAULT_KINDS, STEP_KINDS, kinds_for, needs_seconds
+
+# The kinds, their descriptions and which target takes which are the model's (one list).
 
 
 class Dialog(ModalScreen[Any]):
@@ -96,8 +96,9 @@ def fault_args(target: str, kind: str, times: str, seconds: str, step: str,
             raise ValueError(f"seconds is a number of seconds above 0, e.g. 2.5, not "
                              f"{seconds!r}")
         args["seconds"] = secs
-    elif kind == "alarm_delay":
-        raise ValueError("alarm_delay needs seconds: how long each alarm waits")
+    elif needs_seconds(kind):
+        what = "alarm" if kind.startswith("alarm_") else "checkpoint's answer"
+        raise ValueError(f"{kind} needs seconds: how long each {what} waits")
     if kind in STEP_KINDS:
         if not step:
             raise ValueError(f"{kind} needs the step's name, e.g. compensate_open_viewing_page")
@@ -108,27 +109,33 @@ def fault_args(target: str, kind: str, times: str, seconds: str, step: str,
 
 
 class FaultDialog(Dialog):
-    """Choose a fault kind and its parameters for a target. `values` fills the fields
-    (the form opened again after a refusal) and `problem` says what was wrong."""
+    """Choose a fault kind and its parameters for a target: an object's alarm kinds, a
+    native execution's step kinds, or (`aws`) the checkpoint kinds of an execution of
+    the AWS SDK's handlers; the chosen kind's description is shown. `values` fills the
+    fields (the form opened again after a refusal) and `problem` says what was wrong."""
 
     def __init__(self, target: str, steps: list[str] | None = None,
-                 values: dict[str, str] | None = None, problem: str = "") -> None:
+                 values: dict[str, str] | None = None, problem: str = "", *,
+                 aws: bool = False) -> None:
         super().__init__()
         self.target = target
         self.steps = steps or []
         self.values = values or {}
         self.problem = problem
+        self.kinds = kinds_for("object" if "/" in target else "aws" if aws else "execution")
 
     def compose(self) -> ComposeResult:
-        object_target = "/" in self.target
-        kinds = [k for k in FAULT_KINDS if k.startswith("alarm_") == object_target]
+        kinds = self.kinds
         v = self.values
+        kind = v.get("kind") or ""
+        kind = kind if kind in kinds else kinds[0]  # a kind typed before, if it still applies
         with Vertical(classes="dialog"):
             yield Label(f"Inject a fault on {self.target}", classes="question")
-            yield Select([(k, k) for k in kinds], value=v.get("kind", kinds[0]), id="kind",
-                         allow_blank=False)
+            yield Select([(k, k) for k in kinds], value=kind, id="kind", allow_blank=False)
+            yield Label(FAULT_KINDS[kind], id="about")
             yield Input(v.get("times", ""), placeholder="times (empty: always)", id="times")
-            yield Input(v.get("seconds", ""), placeholder="seconds (alarm_delay)", id="seconds")
+            yield Input(v.get("seconds", ""), placeholder="seconds (the *_delay kinds)",
+                        id="seconds")
             yield Input(v.get("step", self.steps[0] if self.steps else ""),
                         placeholder="step name (step kinds), e.g. compensate_open_viewing_page",
                         id="step")
@@ -138,6 +145,10 @@ class FaultDialog(Dialog):
             with Horizontal(classes="buttons"):
                 yield Button("Inject", variant="warning", id="ok")
                 yield Button("Cancel", id="cancel")
+
+    @on(Select.Changed, "#kind")
+    def _kind_changed(self, event: Select.Changed) -> None:
+        self.query_one("#about", Label).update(FAULT_KINDS.get(str(event.value), ""))
 
     def fields(self) -> dict[str, str]:
         """What the form holds now, as typed."""

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from alarmtop.core.model.aws_listing import StatusFilter
 from alarmtop.core.model.errors import LeaseLost
 from alarmtop.core.model.execution_timers import (
     EXECUTION_TIMER,
@@ -339,6 +340,22 @@ class PgChainedWrite(ChainLink):
         await self.fn(conn)
 
 
+class DeleteExecution:
+    """An execution's rows deleted, fenced as its checkpoints are (by its object's shard)."""
+
+    __slots__ = ("execution_id", "fence_key")
+
+    def __init__(self, execution_id: str) -> None:
+        self.execution_id = execution_id
+        self.fence_key = (EXECUTION_CLASS, execution_id)
+
+    async def __call__(self, conn: PgConn) -> None:
+        for table in ("operations", "history", "execution_timers", "execution_marks"):
+            await conn.execute(f"DELETE FROM {SCHEMA}.{table} WHERE execution_id = $1",
+                               self.execution_id)
+        await conn.execute(f"DELETE FROM {SCHEMA}.executions WHERE id = $1", self.execution_id)
+
+
 class PgExecutionLog(ExecutionLogBase):
     """`ExecutionLog` on the PostgreSQL runtime database."""
 
@@ -443,6 +460,24 @@ class PgExecutionLog(ExecutionLogBase):
                                        contains=contains, desc=desc)
         return [ExecutionRecord.from_dict(json.loads(r[0]))
                 for r in await self._db.fetch(sql, *params)]
+
+    async def by_function(self, function: str, *, statuses: StatusFilter | None = None,
+                          started_from_ms: int | None = None, started_to_ms: int | None = None,
+                          version: str | None = None, execution_id: str | None = None,
+                          after: tuple[int, str] | None = None, limit: int = 50,
+                          desc: bool = True) -> builtins.list[ExecutionRecord]:
+        """By the function index (schema.py: the Lambda API), on a pooled connection."""
+        sql, params = reads.executions_by_function(
+            function, statuses=statuses, started_from_ms=started_from_ms,
+            started_to_ms=started_to_ms, version=version, execution_id=execution_id,
+            after=after, limit=limit, desc=desc)
+        return [ExecutionRecord.from_dict(json.loads(r[0]))
+                for r in await self._db.fetch(sql, *params)]
+
+    def delete_write(self, execution_id: str) -> PgWrite:
+        """The execution and everything of it gone, as one write (its counts and its
+        place among the objects known go by the delete trigger)."""
+        return DeleteExecution(execution_id)
 
     # -- the idempotency ledger -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from alarmtop.core.model import keys
+from alarmtop.core.model.aws_listing import LIVE, StatusFilter
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.storage.postgres.schema import SCHEMA
 
@@ -122,6 +123,37 @@ def execution_page(after: Cursor | None, limit: int, *, offset: int, status: str
         terms.append(_text("name || '/' || id", contains, p))
     sql = (f"SELECT data FROM {SCHEMA}.executions {_where(terms)} ORDER BY "
            f"{_order(key, desc)} LIMIT {p(_limit(limit))} OFFSET {p(offset)}")
+    return sql, p.values
+
+
+def executions_by_function(function: str, *, statuses: StatusFilter | None,
+                           started_from_ms: int | None, started_to_ms: int | None,
+                           version: str | None, execution_id: str | None,
+                           after: tuple[int, str] | None, limit: int,
+                           desc: bool) -> tuple[str, list[Any]]:
+    """A Lambda-style function's executions by (start, id), on the function index."""
+    p = Params()
+    terms = [f"name = {p(function)}", "(data::jsonb ->> 'aws') IS NOT NULL"]
+    for column, op, value in (("created_ms", ">=", started_from_ms),
+                              ("created_ms", "<=", started_to_ms), ("version", "=", version),
+                              ("id", "=", execution_id)):
+        if value is not None:
+            terms.append(f"{column} {op} {p(value)}")
+    if after is not None:
+        terms.append(f"(created_ms, id) {'<' if desc else '>'} ({p(after[0])}, {p(after[1])})")
+    if statuses is not None:
+        live = ", ".join(p(s) for s in LIVE) if statuses.running or statuses.paused else ""
+        parts = []
+        if statuses.finished:
+            parts.append(f"status IN ({', '.join(p(s) for s in statuses.finished)})")
+        if statuses.running:
+            parts.append(f"(status IN ({live}) AND (data::jsonb ->> 'paused') IS NULL)")
+        if statuses.paused:
+            parts.append(f"(status IN ({live}) AND (data::jsonb ->> 'paused') IS NOT NULL)")
+        terms.append(f"({' OR '.join(parts) or 'false'})")
+    way = "DESC" if desc else "ASC"
+    sql = (f"SELECT data FROM {SCHEMA}.executions {_where(terms)} ORDER BY created_ms {way}, "
+           f"id {way} LIMIT {p(limit)}")
     return sql, p.values
 
 

@@ -443,6 +443,22 @@ MIGRATIONS: list[str] = [
         PERFORM pg_catalog.set_config('search_path', pg_catalog.quote_ident(sch), true);
     END $$;
     """,
+    # The Lambda API (DESIGN section 15): executions listed by function, newest first,
+    # paged by key on an index (ListDurableExecutionsByFunction); and an execution
+    # deleted with its data (DeleteDurableExecution), its counts and its place among
+    # the objects known going with it.
+    f"""
+    CREATE INDEX executions_function ON {SCHEMA}.executions (name, created_ms, id);
+    CREATE FUNCTION {SCHEMA}.executions_deleted() RETURNS TRIGGER LANGUAGE plpgsql AS $$
+    DECLARE sl INTEGER := {SCHEMA}.slot();
+    BEGIN
+        PERFORM {SCHEMA}.bump('executions', OLD.status, 0, sl, -1);
+        PERFORM {SCHEMA}.unknow('Execution', OLD.id, 4, sl);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER executions_delete_counted AFTER DELETE ON {SCHEMA}.executions
+        FOR EACH ROW EXECUTE FUNCTION {SCHEMA}.executions_deleted();
+    """,
 ]
 
 

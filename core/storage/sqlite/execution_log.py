@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from alarmtop.core.model.aws_listing import StatusFilter
 from alarmtop.core.model.execution_timers import (
     EXECUTION_TIMER,
     execution_timers,
@@ -146,6 +147,27 @@ class SqliteExecutionLog(ExecutionLogBase):
         rows = await self._db.read_only(lambda conn: reads.execution_page(
             conn, after, limit, offset=offset, status=status, contains=contains, desc=desc))
         return [ExecutionRecord.from_dict(d) for d in rows]
+
+    async def by_function(self, function: str, *, statuses: StatusFilter | None = None,
+                          started_from_ms: int | None = None, started_to_ms: int | None = None,
+                          version: str | None = None, execution_id: str | None = None,
+                          after: tuple[int, str] | None = None, limit: int = 50,
+                          desc: bool = True) -> builtins.list[ExecutionRecord]:
+        """On the read connection, by the function index (schema.py: the Lambda API)."""
+        rows = await self._db.read_only(lambda conn: reads.executions_by_function(
+            conn, function, statuses=statuses, started_from_ms=started_from_ms,
+            started_to_ms=started_to_ms, version=version, execution_id=execution_id,
+            after=after, limit=limit, desc=desc))
+        return [ExecutionRecord.from_dict(d) for d in rows]
+
+    def delete_write(self, execution_id: str) -> WriteFn:
+        """The execution and everything of it gone, as one write (its counts and its
+        place among the objects known go by the delete trigger)."""
+        def write(conn: sqlite3.Connection) -> None:
+            for table in ("operations", "history", "execution_timers", "execution_marks"):
+                conn.execute(f"DELETE FROM {table} WHERE execution_id = ?", (execution_id,))
+            conn.execute("DELETE FROM executions WHERE id = ?", (execution_id,))
+        return write
 
     # -- the idempotency ledger -----------------------------------------------------------
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from alarmtop.core.model import keys
+from alarmtop.core.model.aws_listing import LIVE, StatusFilter
 from alarmtop.core.model.keys import Cursor
 from alarmtop.core.model.storage_values import Counts, ObjectEntry
 
@@ -266,6 +267,49 @@ def execution_count(conn: sqlite3.Connection, status: str | None, contains: str)
         terms, params = ["status = ?", *terms], [status, contains]
     row = conn.execute(f"SELECT count(*) FROM executions {_where(terms)}", params).fetchone()
     return int(row[0])
+
+
+def executions_by_function(conn: sqlite3.Connection, function: str, *,
+                           statuses: StatusFilter | None, started_from_ms: int | None,
+                           started_to_ms: int | None, version: str | None,
+                           execution_id: str | None, after: tuple[int, str] | None,
+                           limit: int, desc: bool) -> list[dict[str, Any]]:
+    """A Lambda-style function's executions by (start, id), on the function index."""
+    terms = ["name = ?", "json_extract(data, '$.aws') IS NOT NULL"]
+    params: list[Any] = [function]
+    for term, value in (("created_ms >= ?", started_from_ms), ("created_ms <= ?", started_to_ms),
+                        ("version = ?", version), ("id = ?", execution_id)):
+        if value is not None:
+            terms.append(term)
+            params.append(value)
+    if after is not None:
+        terms.append(f"(created_ms, id) {'<' if desc else '>'} (?, ?)")
+        params += list(after)
+    if statuses is not None:
+        term, more = status_terms(statuses, "json_extract(data, '$.paused')")
+        terms.append(term)
+        params += more
+    way = "DESC" if desc else "ASC"
+    sql = (f"SELECT data FROM executions {_where(terms)} ORDER BY created_ms {way}, id {way} "
+           "LIMIT ?")
+    return [json.loads(r[0]) for r in conn.execute(sql, [*params, limit]).fetchall()]
+
+
+def status_terms(statuses: StatusFilter, paused: str) -> tuple[str, list[Any]]:
+    """SQL keeping the executions of `statuses` (`paused`: the record's paused field)."""
+    live = ", ".join("?" * len(LIVE))
+    parts: list[str] = []
+    params: list[Any] = []
+    if statuses.finished:
+        parts.append(f"status IN ({', '.join('?' * len(statuses.finished))})")
+        params += statuses.finished
+    if statuses.running:
+        parts.append(f"(status IN ({live}) AND {paused} IS NULL)")
+        params += LIVE
+    if statuses.paused:
+        parts.append(f"(status IN ({live}) AND {paused} IS NOT NULL)")
+        params += LIVE
+    return f"({' OR '.join(parts) or 'false'})", params
 
 
 # -- audit ------------------------------------------------------------------------------------

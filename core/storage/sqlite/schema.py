@@ -277,6 +277,21 @@ RUNTIME_MIGRATIONS: list[str] = [
     """
     CREATE TABLE runtime_state (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
     """,
+    # The Lambda API (DESIGN section 15): executions listed by function, newest first,
+    # paged by key on an index (ListDurableExecutionsByFunction); and an execution
+    # deleted with its data (DeleteDurableExecution), its counts and its place among
+    # the objects known going with it.
+    """
+    CREATE INDEX executions_function ON executions (name, created_ms, id);
+    CREATE TRIGGER executions_delete_counted AFTER DELETE ON executions BEGIN
+        UPDATE counters SET n = n - 1 WHERE kind = 'executions' AND num = 0
+            AND name = OLD.status;
+        DELETE FROM known WHERE object_class = 'Execution' AND object_name = OLD.id
+            AND sources = 4;
+        UPDATE known SET sources = sources & ~4
+            WHERE object_class = 'Execution' AND object_name = OLD.id;
+    END;
+    """,
 ]
 
 def statements(script: str) -> list[str]:

@@ -12,6 +12,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from alarmtop.core.model.alarm_policy import RetryPolicy
 from alarmtop.core.model.aws_arn import LATEST, check_function_name, parse_function_ref
@@ -79,6 +80,23 @@ def target_of(handler: Any) -> str:
     return f"{module}:{qualname}"
 
 
+def check_endpoint(url: Any) -> str:
+    """An endpoint as `register_lambda` takes it: http(s)://host[:port][/base], no
+    query; refuses anything else."""
+    if not isinstance(url, str):
+        raise ValidationError(f"endpoint is an http:// or https:// URL, not {url!r}")
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        raise ValidationError(f"endpoint {url!r}: the port is not a number") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or \
+            parts.fragment or parts.username:
+        raise ValidationError(f"endpoint is http(s)://HOST[:PORT][/PATH] (the Lambda runtime "
+                              f"emulator's address, e.g. http://127.0.0.1:9000), not {url!r}")
+    return url.rstrip("/")
+
+
 def is_sdk_handler(fn: Any) -> bool:
     """Whether `fn` is the AWS SDK's `@durable_execution` wrapper."""
     code = getattr(fn, "__code__", None)
@@ -106,14 +124,21 @@ class LambdaFunctions:
         if isolation not in ISOLATIONS:
             raise ValidationError(f"isolation is 'thread' or 'process', not {isolation!r}")
         if endpoint is not None:
-            raise ValidationError(
-                "register_lambda: endpoint= is not available yet (it comes with the Lambda "
-                "API); run the handler in this runtime's threads or processes")
+            endpoint = check_endpoint(endpoint)
+            if handler is not None:
+                raise ValidationError("register_lambda: give the handler or endpoint=, not "
+                                      "both (an endpoint's handler runs behind it)")
+            if isolation != "thread":
+                raise ValidationError("register_lambda: isolation= is for handlers this "
+                                      "runtime runs; an endpoint's runs where it is served")
         if timeout_s is not None and (not isinstance(timeout_s, int) or timeout_s < 1):
             raise ValidationError(f"timeout is whole seconds >= 1, not {timeout_s!r}")
         fn: Any
         target: str | None
-        if isolation == "process":
+        if endpoint is not None:  # the handler runs behind it: durable unless told
+            target, fn = None, None
+            is_durable = True if durable is None else bool(durable)
+        elif isolation == "process":
             # Imported by each worker process, never here: the handler may end its process.
             target, fn = target_of(handler), None
             is_durable = True if durable is None else bool(durable)

@@ -114,6 +114,22 @@ class AwsOutside(AwsInvocations):
             events, [])
         return {"execution_id": rec.id, "status": rec.status.value}
 
+    async def aws_delete(self) -> dict[str, Any]:
+        """A finished execution and all of it deleted, in this event's one commit."""
+        st = await self._state_or_fail()
+        rec = st.record
+        if rec.aws is None:
+            raise InvalidExecutionState(f"execution {rec.id!r} is not of a Lambda-style "
+                                        "function: only those are deleted")
+        if not rec.finished:
+            raise InvalidExecutionState(f"execution {rec.id!r} is {rec.status.value}: only a "
+                                        "finished execution can be deleted (stop it first)")
+        self.ctx.storage.defer_write(self.engine.store.delete_write(rec.id))
+        await self.ctx.storage.delete_alarm()
+        self._state = None
+        self.engine.announce(rec, "execution.deleted")
+        return {"execution_id": rec.id, "deleted": True}
+
     # -- redrive and fork ------------------------------------------------------------------
 
     async def redrive(self, version: str | None, force: bool, deadline_s: float,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from alarmtop.core.kernel.executions.aws.endpoint import EndpointInvoker
 from alarmtop.core.kernel.executions.aws.functions import LambdaFunction, LambdaFunctions
 from alarmtop.core.kernel.executions.aws.invoker import Invoker, Request, ThreadInvoker
 from alarmtop.core.kernel.executions.aws.processes import (
@@ -225,10 +226,12 @@ class AwsService:
                 del self._live[execution_id]
 
     def _invoker_of(self, fn: LambdaFunction) -> Invoker:
-        invoker = self._invokers.get(fn.isolation)
+        kind = "endpoint" if fn.endpoint is not None else fn.isolation
+        invoker = self._invokers.get(kind)
         if invoker is None:
-            invoker = self._invokers[fn.isolation] = (
-                ProcessInvoker(self._workers) if fn.isolation == "process"
+            invoker = self._invokers[kind] = (
+                EndpointInvoker(self.limits.response_bytes, self._workers) if kind == "endpoint"
+                else ProcessInvoker(self._workers) if kind == "process"
                 else ThreadInvoker(self._workers))
         return invoker
 
