@@ -46,8 +46,8 @@ Needs the `aws` extra and, for `aws-local` and DBOS, the `bench` extra (it bring
         [--systems alarmtop,aws-local,dbos-wal,sdk-alone,dbos] [--executions N]
         [--profile out.html]
 
-Full (the default systems, seq and c50): about 8 min on 2 shared cores
-(--quick: about 3 min).
+Full (the default systems, seq and c50): about 8 min on 2 shared cores at a load of
+10-14 (--quick: about 3 min).
 """
 
 from __future__ import annotations
