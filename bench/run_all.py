@@ -15,13 +15,15 @@ What it runs (names for --only):
     peers    peers_alarms.py                           scenario 1 against APScheduler, huey
     fire     alarm_fire.py --shape spread-half          p99 lateness below saturation
     steps    durable_steps.py                           scenario 3 against DBOS
+    aws      aws_steps.py                               steps through the AWS SDK against
+                                                        AWS's local runner and DBOS
     waits    durable_waits.py                           scenario 3b against DBOS
     retry    retry_ladder.py                            scenario 4
     console  console_latency.py --alarms 1000000 --rate 1000 --hog 0,H
     bulk     bulk_rearm.py --hog 0,H
 
-Full: about 50-70 min on 2 cores (the console at a million alarms and DBOS take the
-most); --quick: about 20 min. Run it on a quiet machine: each script prints the
+Full: about 60-80 min on 2 cores (the console at a million alarms and DBOS take the
+most); --quick: about 25 min. Run it on a quiet machine: each script prints the
 load average, and the summary repeats it, so that a loaded run shows as one.
 """
 
@@ -46,6 +48,7 @@ def plan(hog: int) -> dict[str, list[str]]:
         "peers": ["peers_alarms.py"],
         "fire": ["alarm_fire.py", "--shape", "spread-half"],
         "steps": ["durable_steps.py"],
+        "aws": ["aws_steps.py"],
         "waits": ["durable_waits.py"],
         "retry": ["retry_ladder.py"],
         "console": ["console_latency.py", "--alarms", "1000000", "--rate", "1000",
@@ -101,7 +104,7 @@ def figure(data: dict[str, Any], title_part: str, label: str) -> tuple[Any, Any,
 def summary_rows(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str]]:
     """(what, figure, bar, verdict) rows of the summary table."""
     rows: list[tuple[str, str, str, str]] = []
-    for name in ("peers", "steps", "waits"):
+    for name in ("peers", "steps", "aws", "waits"):
         for r in results.get(name, {}).get("ratios", []):
             if "CPU" in r["name"] and not r["headline"]:
                 continue
