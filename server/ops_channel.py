@@ -54,7 +54,7 @@ RATE_BURST = 100.0
 # two, so these leave the console ten times the room it needs.
 QUERY_RATE_PER_S = 500.0
 QUERY_BURST = 1000.0
-MAX_REJECTED = 20  # consecutive rate-limited frames before the connection is closed
+MAX_REJECTED = 20  # rate-limited frames within one second that close the connection
 MAX_IN_FLIGHT = 64  # frames of one connection running at once
 
 

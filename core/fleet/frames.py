@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from alarmtop.core.model.errors import InvalidArgument
+from alarmtop.core.model.errors import MessageTooLarge
 
 MAX_FRAME = 4 * 1024 * 1024  # what the transport takes in one frame
 # A part's data is JSON text (ASCII): escaped again inside its frame, it grows at most
@@ -31,11 +31,6 @@ PART_CHARS = 1024 * 1024
 MAX_MESSAGE_CHARS = 64 * 1024 * 1024
 PART = "$part"
 _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
-
-
-class MessageTooLarge(InvalidArgument):
-    """A call or an answer too big to go from one node to another; nothing of it was
-    sent, and the link carries on."""
 
 
 def encode(message: dict[str, Any], what: str) -> str:

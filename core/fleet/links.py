@@ -36,7 +36,6 @@ from alarmtop.core.fleet.admission import NodeAdmission
 from alarmtop.core.fleet.frames import (
     MAX_FRAME,
     LinkWriter,
-    MessageTooLarge,
     PartsError,
     Receiver,
     encode,
@@ -47,6 +46,7 @@ from alarmtop.core.model.errors import (
     InvalidArgument,
     InvalidObjectName,
     LeaseLost,
+    MessageTooLarge,
     NoAlarm,
     NodeUnreachable,
     NotSerializable,

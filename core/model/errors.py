@@ -57,6 +57,11 @@ class InvalidArgument(AlarmtopError, ValueError):
     """A caller passed something the runtime cannot accept; nothing was changed."""
 
 
+class MessageTooLarge(InvalidArgument):
+    """A call or an answer too big to go from one node to another; nothing of it was
+    sent, and the link carries on."""
+
+
 class NotSerializable(InvalidArgument):
     """A value that must cross an object boundary is not JSON-serialisable."""
 

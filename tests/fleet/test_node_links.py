@@ -25,9 +25,10 @@ from websockets.exceptions import ConnectionClosed
 from alarmtop.core import DurableObject, PostgresBackend, Runtime, VirtualClock
 from alarmtop.core.durable import DurableContext, durable_execution
 from alarmtop.core.durable.errors import InvalidExecutionState
+from alarmtop.core.errors import MessageTooLarge
 from alarmtop.core.fleet import handshake
 from alarmtop.core.fleet.admission import MAX_PENDING
-from alarmtop.core.fleet.frames import MAX_MESSAGE_CHARS, MessageTooLarge
+from alarmtop.core.fleet.frames import MAX_MESSAGE_CHARS
 from alarmtop.core.fleet.links import NodeClient
 from alarmtop.core.model.errors import InvalidArgument, NoAlarm, NodeUnreachable
 from alarmtop.core.model.operations import EXECUTION_CLASS

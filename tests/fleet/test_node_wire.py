@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from alarmtop.core.errors import MessageTooLarge
 from alarmtop.core.fleet import frames, handshake
 from alarmtop.core.model.lobby import Lobby
 from alarmtop.core.model.node_tls import NodeTls, check_node_host, is_loopback
@@ -91,7 +92,7 @@ def test_a_message_left_halfway_is_dropped_when_the_next_begins() -> None:
 
 
 def test_a_message_over_the_limit_is_refused_before_it_is_sent() -> None:
-    with pytest.raises(frames.MessageTooLarge, match=r"the answer is 64\.0 MiB.*at most 64 MiB"):
+    with pytest.raises(MessageTooLarge, match=r"the answer is 64\.0 MiB.*at most 64 MiB"):
         frames.encode({"v": "x" * frames.MAX_MESSAGE_CHARS}, "the answer")
     receiver = frames.Receiver()
     part = json.dumps({frames.PART: 1, "data": "x" * frames.PART_CHARS})

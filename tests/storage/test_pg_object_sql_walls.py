@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from alarmtop.core import DurableObject, PostgresBackend, Runtime, VirtualClock
-from alarmtop.core.errors import SqlError
+from alarmtop.core.errors import SqlError, StorageError
 from alarmtop.core.storage.postgres.objects import schema_name
 from tests.conftest import START_MS
 
@@ -248,3 +248,49 @@ async def test_a_schema_made_before_the_walls_is_handed_to_its_object(pg_dsn: st
         assert await t.sql("INSERT INTO auto DEFAULT VALUES RETURNING id") == [{"id": 1}]
         with pytest.raises(SqlError, match="reaches its own schema only"):
             await rt.get(Tenant, "else").sql(f'SELECT * FROM "{old}".notes')
+
+
+async def test_object_sql_works_for_a_runtime_role_that_is_no_superuser(pg_dsn: str) -> None:
+    """The runtime connects as a role that owns its database and may create roles
+    (CREATEROLE), as production set-ups do, not as a superuser: object SQL works, and
+    its walls hold as they do for a superuser."""
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute("DROP DATABASE IF EXISTS app_db")
+        await admin.execute("DROP ROLE IF EXISTS alarmtop_app")
+        await admin.execute("CREATE ROLE alarmtop_app LOGIN CREATEROLE")
+        await admin.execute("CREATE DATABASE app_db OWNER alarmtop_app")
+    finally:
+        await admin.close()
+    dsn = pg_dsn.replace("postgres@", "alarmtop_app@").rsplit("/", 1)[0] + "/app_db"
+    runtime = Runtime(backend=PostgresBackend(dsn, shards=8), clock=VirtualClock(START_MS))
+    runtime.register(Tenant)
+    async with runtime:
+        await runtime.get(Tenant, "mine").setup()
+        await runtime.get(Tenant, "other").setup()
+        assert await runtime.get(Tenant, "mine").kinds() == "ok"
+        assert (await runtime.get(Tenant, "mine").state())["notes"] == ["kept"]
+        for statement in (f"SELECT * FROM {OTHER}.notes", "SELECT * FROM alarmtop.audit",
+                          "SET ROLE alarmtop_app", "COMMIT"):
+            with pytest.raises(SqlError):
+                await runtime.get(Tenant, "mine").sql(statement)
+        assert (await runtime.get(Tenant, "other").state())["notes"] == ["kept"]
+
+
+async def test_a_runtime_role_that_may_not_create_roles_is_told_why(pg_dsn: str) -> None:
+    """Without CREATEROLE the object's role cannot be made: the object's statement fails
+    saying so, not as a transaction broken by an earlier error."""
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        await admin.execute("DROP DATABASE IF EXISTS plain_db")
+        await admin.execute("DROP ROLE IF EXISTS alarmtop_plain")
+        await admin.execute("CREATE ROLE alarmtop_plain LOGIN")
+        await admin.execute("CREATE DATABASE plain_db OWNER alarmtop_plain")
+    finally:
+        await admin.close()
+    dsn = pg_dsn.replace("postgres@", "alarmtop_plain@").rsplit("/", 1)[0] + "/plain_db"
+    runtime = Runtime(backend=PostgresBackend(dsn, shards=8), clock=VirtualClock(START_MS))
+    runtime.register(Tenant)
+    async with runtime:
+        with pytest.raises(StorageError, match="permission denied to create role"):
+            await runtime.get(Tenant, "mine").sql("SELECT 1 AS one")

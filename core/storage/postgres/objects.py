@@ -174,8 +174,17 @@ class PgObjectStore:
         if not self._schema_ready:
             # Its role, schema and wrappers (made if missing), and its schema on the path
             # of this transaction, for the statements prepared below.
-            await conn.execute(f"SELECT {SCHEMA}.object_sql_ready($1, $2)", self._schema,
-                               self._role)
+            # In a savepoint: a refusal here (the runtime's role may not create roles,
+            # say) is this statement's error, and the event's transaction lives on.
+            await conn.execute("SAVEPOINT alarmtop_ready")
+            try:
+                await conn.execute(f"SELECT {SCHEMA}.object_sql_ready($1, $2)", self._schema,
+                                   self._role)
+            except Exception:
+                await conn.execute("ROLLBACK TO SAVEPOINT alarmtop_ready")
+                raise
+            finally:
+                await conn.execute("RELEASE SAVEPOINT alarmtop_ready")
             self._schema_ready = True
         text, _ = placeholders(sql)
 

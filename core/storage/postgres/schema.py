@@ -435,10 +435,15 @@ MIGRATIONS: list[str] = [
                            'q_' || rol);
             EXECUTE format('REVOKE ALL ON FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) FROM PUBLIC',
                            'x_' || rol);
+            -- A new owner needs CREATE on the function's schema (a superuser needs
+            -- nothing): granted for these two statements only, inside this transaction,
+            -- so no other session ever sees the object's role with it.
+            EXECUTE format('GRANT CREATE ON SCHEMA {WRAPPERS} TO %I', rol);
             EXECUTE format('ALTER FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) OWNER TO %I',
                            'q_' || rol, rol);
             EXECUTE format('ALTER FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) OWNER TO %I',
                            'x_' || rol, rol);
+            EXECUTE format('REVOKE CREATE ON SCHEMA {WRAPPERS} FROM %I', rol);
         END IF;
         PERFORM pg_catalog.set_config('search_path', pg_catalog.quote_ident(sch), true);
     END $$;
