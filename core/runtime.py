@@ -139,7 +139,7 @@ class Runtime:
             self.tasks, hibernate_after_s=hibernate_after, max_resident=max_resident,
             delete_all_preserves_alarm=delete_all_preserves_alarm, hooks=self.hooks,
             alarm_started=self.scheduler.running.get,
-            may_run=fleet.may_run if fleet else None)
+            may_run=fleet.may_run if fleet else None, tenure=fleet.tenure if fleet else None)
         self.sockets = self.host.sockets
         self._dispatcher = AlarmDispatcher(self.host, self.scheduler, self.faults, self.clock,
                                            alarm_timeout, self.hooks)

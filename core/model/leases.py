@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 
@@ -41,6 +42,19 @@ def live_nodes(nodes: Iterable[NodeRow], now_ms: int, lease_ms: int) -> list[str
     """Nodes that renewed within a lease and did not stop."""
     return sorted(n.node_id for n in nodes
                   if n.stopped_ms is None and n.renewed_ms >= now_ms - lease_ms)
+
+
+def moves(before: Mapping[int, int], lapsed: AbstractSet[int], after: Mapping[int, int]
+          ) -> tuple[set[int], set[int]]:
+    """The shards a node gained and lost when it holds `after` (shard: epoch) where it
+    held `before`, of which it ran all but the `lapsed` ones (their loss was told when
+    they lapsed). A shard held under another epoch after than before was claimed by
+    another node (or an earlier run of this one) in between, which may have run its
+    objects' events: it is lost and gained again, so that nothing this node remembers
+    of those objects from before is used."""
+    running = {s: e for s, e in before.items() if s not in lapsed}
+    moved = {s for s, e in running.items() if s in after and after[s] != e}
+    return (set(after) - set(running)) | moved, (set(running) - set(after)) | moved
 
 
 def fair_share(shards: int, live: int) -> int:

@@ -12,6 +12,7 @@ from alarmtop.core.model.leases import (
     claimable,
     fair_share,
     live_nodes,
+    moves,
     plan,
 )
 
@@ -144,3 +145,17 @@ def test_a_hand_over_gives_the_neediest_node_no_more_than_it_wants() -> None:
     table = rows(["a"] * 6 + ["b"] * 2 + ["c"] * 1)
     got = plan("a", table, ["a", "b", "c"], NOW, 9, mine=frozenset(range(6)))
     assert got.to == "c" and len(got.release) == 2
+
+
+def test_a_shard_held_under_a_new_epoch_after_a_round_is_lost_and_gained() -> None:
+    """Claimed back after another node held it (the node never saw its lease lapse):
+    what the node remembered of its objects is from before the other's writes."""
+    gained, lost = moves({1: 5, 2: 7, 3: 2}, set(), {1: 5, 2: 9, 4: 1})
+    assert gained == {2, 4} and lost == {2, 3}
+
+
+def test_a_lapsed_shard_renewed_is_only_gained_its_loss_was_told_at_the_lapse() -> None:
+    assert moves({1: 5, 2: 7}, {2}, {1: 5, 2: 7}) == ({2}, set())
+    assert moves({1: 5, 2: 7}, {2}, {1: 5, 2: 8}) == ({2}, set())
+    assert moves({1: 5, 2: 7}, {2}, {1: 5}) == (set(), set())
+    assert moves({1: 5}, set(), {1: 5}) == (set(), set())

@@ -21,7 +21,8 @@ from alarmtop.core.kernel.clock import Deadlines, Limit
 from alarmtop.core.kernel.faults import FaultRegistry, InjectedFault
 from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject
-from alarmtop.core.kernel.objects.host import EventKind, ObjectHost
+from alarmtop.core.kernel.objects.host import ObjectHost
+from alarmtop.core.kernel.objects.resident import EventKind
 from alarmtop.core.kernel.objects.storage import EventEnd, Plan, Storage
 from alarmtop.core.model import alarm_intent, alarm_policy, hook_info
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
@@ -79,7 +80,7 @@ class AlarmDispatcher:
                 # Its intent may say otherwise than the record: read it and reconcile.
                 # (An object without a database and without a hint is its own row:
                 # nothing to compare, and the attempt is due.)
-                checked = await attempt.reconciled(host.storage_of(r), now)
+                checked = await attempt.reconciled(await host.fresh_storage(r), now)
                 if checked is None:
                     await host.close_if_idle(r)
                     return

@@ -15,7 +15,8 @@ from typing import Any, Protocol, TypeVar
 from alarmtop.core.kernel.hooks import INCOMING, Hooks
 from alarmtop.core.kernel.objects.classes import ObjectClasses
 from alarmtop.core.kernel.objects.durable_object import DurableObject
-from alarmtop.core.kernel.objects.host import Call, EventKind, ObjectHost
+from alarmtop.core.kernel.objects.host import Call, ObjectHost
+from alarmtop.core.kernel.objects.resident import EventKind
 from alarmtop.core.kernel.run_state import RunState
 from alarmtop.core.model.errors import HandlerAborted, UnknownMethod
 from alarmtop.core.model.object_names import check_object_name

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -27,8 +26,9 @@ from alarmtop.core.kernel.descriptors import out_of_descriptors
 from alarmtop.core.kernel.events import EventBus
 from alarmtop.core.kernel.hooks import INCOMING, NO_HOOKS, Hooks
 from alarmtop.core.kernel.objects.durable_object import DurableObject, ObjectContext
+from alarmtop.core.kernel.objects.resident import EventKind, Resident
 from alarmtop.core.kernel.objects.sockets import SocketRegistry
-from alarmtop.core.kernel.objects.storage import CALL_END, AlarmAccess, EventEnd, Storage
+from alarmtop.core.kernel.objects.storage import AlarmAccess, Storage
 from alarmtop.core.kernel.outbox import Outbox
 from alarmtop.core.kernel.supervisor import Supervisor, Wakeup, patience_left
 from alarmtop.core.model import hook_info
@@ -60,33 +60,6 @@ def cut_off(exc: BaseException) -> bool:
     return isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling() > 0)
 
 
-class EventKind:
-    """What differs between kinds of events; a call, a socket event: this class.
-
-    The alarm dispatcher subclasses it: its attempt runs under a time limit, and its
-    end of event records the attempt in the index."""
-
-    __slots__ = ()
-    alarm = False
-    doing = "handling a call"  # what holds the turn, as "X is busy ..." says it
-    event = "call"  # what the lifecycle hooks call it: "call", "alarm" or "socket"
-    method: str | None = None
-
-    def describe(self) -> str:
-        return "running its alarm" if self.alarm else self.doing
-
-    def limit(self) -> contextlib.AbstractContextManager[Any]:
-        """What bounds the wake and the body (an alarm attempt's timeout)."""
-        return _NO_LIMIT
-
-    def end(self, error: BaseException | None) -> EventEnd:
-        return CALL_END
-
-    def interrupt(self, why: str) -> bool:
-        """End this event now, as a failure (an alarm attempt can be); whether it will."""
-        return False
-
-
 class Call(EventKind):
     """An event kind that says what it is doing: a call to a named method, a socket
     event (one per method, made once: events share them). One that `interrupts` ends
@@ -104,45 +77,6 @@ class Call(EventKind):
 
 
 CALL = EventKind()
-_NO_LIMIT = contextlib.nullcontext()
-
-
-class Resident:
-    """An object's entry: its live instance (if any) and the turn of its events.
-
-    The lock is hand-made rather than an `asyncio.Lock`: nearly every event finds it
-    free, and taking a free one here is two assignments with no coroutine (the alarm
-    hot path takes it once per firing). A busy one queues futures, handed the turn in
-    order.
-    """
-
-    __slots__ = (
-        "busy",
-        "ctx",
-        "doing",
-        "instance",
-        "key",
-        "last_active_ms",
-        "owner",
-        "since_ms",
-        "storage",
-        "users",
-        "waiters",
-    )
-
-    def __init__(self, key: ObjectKey, now_ms: int) -> None:
-        self.key = key
-        self.busy = False  # an event holds the turn (or was handed it and will run)
-        self.waiters: collections.deque[asyncio.Future[None]] | None = None
-        self.users = 0
-        self.instance: DurableObject | None = None
-        self.ctx: ObjectContext | None = None
-        self.storage: Storage | None = None
-        self.last_active_ms = now_ms
-        self.owner: asyncio.Task[Any] | None = None
-        # What the event holding the turn is doing (None: not said yet), and since when.
-        self.doing: EventKind | str | None = None
-        self.since_ms = 0
 
 
 class ObjectHost:
@@ -154,7 +88,8 @@ class ObjectHost:
                  hibernate_after_s: float, max_resident: int,
                  delete_all_preserves_alarm: bool, hooks: Hooks = NO_HOOKS,
                  alarm_started: Callable[[ObjectKey], int | None] = lambda key: None,
-                 may_run: Callable[[ObjectKey], bool] | None = None) -> None:
+                 may_run: Callable[[ObjectKey], bool] | None = None,
+                 tenure: Callable[[ObjectKey], int | None] | None = None) -> None:
         self._classes = classes
         self._backend = backend
         self._alarms = alarms
@@ -178,6 +113,9 @@ class ObjectHost:
         # On a fleet: whether this node may run an event of the object now (it holds a
         # lease on its shard that has not run out); None alone.
         self.may_run = may_run
+        # On a fleet: the epoch of this node's lease on the object's shard (see
+        # `fresh_storage`); None alone.
+        self.tenure = tenure
         self._emfile_logged = 0.0
         self._emfile_unlogged = 0
         self.hooks = hooks  # the runtime's plugins
@@ -316,7 +254,28 @@ class ObjectHost:
         """The object's storage (made without I/O; its database opens on first use)."""
         if r.storage is None:
             r.storage = Storage(r.key, self._store_opener, self._alarms, self._preserve_alarm)
+            r.tenure = None if self.tenure is None else self.tenure(r.key)
         return r.storage
+
+    def _stale(self, r: Resident) -> bool:
+        """Whether the object was woken under an earlier lease of its shard: another node
+        (or an earlier run of this one) may have run its events since."""
+        return self.tenure is not None and r.storage is not None and \
+            r.tenure != self.tenure(r.key)
+
+    async def fresh_storage(self, r: Resident) -> Storage:
+        """`storage_of` for an event (its turn held): an object woken under an earlier
+        lease of its shard is dropped first, and built again from the disk. Its
+        instance and its cached alarm intent may predate another node's commits: an
+        intent read from them would tell its code a wrong alarm, and the dispatcher
+        would take that other node's alarm row for one never committed and delete it."""
+        if self._stale(r):
+            storage, r.storage = r.storage, None
+            if r.instance is not None:
+                self._evict(r)
+            assert storage is not None
+            await storage.close()
+        return self.storage_of(r)
 
     async def wake(self, r: Resident) -> DurableObject:
         """The live instance, constructing it (and running its blockers) if needed."""
@@ -368,7 +327,7 @@ class ObjectHost:
                              "shard (handed over, or its lease ran out before it could be "
                              "renewed: PostgreSQL unreachable, or the node paused); the event "
                              "did not run here")
-        storage = self.storage_of(r)
+        storage = await self.fresh_storage(r)
         r.doing, r.since_ms = kind, self._clock.now_ms()
         hooks = self.hooks
         started = self._event_started(r, kind) if hooks.on_object_event_start or \
@@ -491,7 +450,7 @@ class ObjectHost:
         """The committed intent of an object, without waking it: from its open storage
         (the cache equals the disk), else from its database, else `row_intent`."""
         r = self._residents.get(key)
-        if r is not None and r.storage is not None and r.storage.is_open:
+        if r is not None and r.storage is not None and r.storage.is_open and not self._stale(r):
             return await r.storage.load_intent()
         store = await self._open_store(key, False, row_intent)
         if store is None:

@@ -402,15 +402,14 @@ class PostgresBackend(BackendStores):
         self._owners.update(dict.fromkeys({**still, **claimed},
                                           (self.node_id, started + self.lease_s)))
         self._addresses = {n.node_id: n.address for n in nodes}
-        # A lapsed shard renewed now is gained again: the scheduler takes it back.
-        before = set(self.epochs) - self._deadlines.lapsed
+        # A lapsed shard renewed now is gained again: the scheduler takes it back. One
+        # claimed back under a new epoch was another node's meanwhile: lost and gained.
+        gained, lost = leases.moves(self.epochs, self._deadlines.lapsed, {**still, **claimed})
         self.epochs = {**still, **claimed}
         self._deadlines.set_all(self.epochs, started)
         self.renewed_at = started
         self._rounds += 1
         self.nodes_seen = nodes
-        after = set(self.epochs)
-        gained, lost = after - before, before - after
         if gained or lost:
             self._changed(gained, lost)
         release = [s for s in decided.release if s in self.epochs]
@@ -490,10 +489,17 @@ class PostgresBackend(BackendStores):
                 "RETURNING epoch", self.node_id, now + self.lease_ms, [shard], now, live)
         if row is None:
             return False
+        gained, lost = leases.moves(self.epochs, self._deadlines.lapsed,
+                                    {**self.epochs, shard: int(row[0])})
         self.epochs[shard] = int(row[0])
         self._deadlines.renewed([shard], alive_since)
-        self._changed({shard}, set())
+        self._changed(gained, lost)
         return True
+
+    def tenure(self, key: ObjectKey) -> int | None:
+        """The epoch of this node's lease on the object's shard (None: not held): what it
+        remembers of the object holds while this stays the same (see `leases.moves`)."""
+        return self.epochs.get(self.shard_of(key))
 
     def may_run(self, key: ObjectKey) -> bool:
         """Whether this node may run an event of the object now: it holds the shard
