@@ -438,6 +438,7 @@ MIGRATIONS: list[str] = [
             -- A new owner needs CREATE on the function's schema (a superuser needs
             -- nothing): granted for these two statements only, inside this transaction,
             -- so no other session ever sees the object's role with it.
+            PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtext('alarmtop-wrappers'));
             EXECUTE format('GRANT CREATE ON SCHEMA {WRAPPERS} TO %I', rol);
             EXECUTE format('ALTER FUNCTION {WRAPPERS}.%I(TEXT, TEXT[]) OWNER TO %I',
                            'q_' || rol, rol);
