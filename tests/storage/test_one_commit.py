@@ -269,6 +269,38 @@ async def test_a_failed_object_commit_takes_its_wake_hint_back(
     assert FIRED == [("l1", 1000)]
 
 
+def cut_off_after_commit(info: dict[str, Any]) -> None:
+    """An action: the event is cancelled just as its commit returns (a forwarded call
+    whose caller's node went away: the commit landed, the event does not learn it)."""
+    raise asyncio.CancelledError
+
+
+async def test_an_event_cut_off_during_its_commit_keeps_the_alarm_row_it_wrote_first(
+        make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
+    """A commit cut off may have landed: the row the index was told first stays. Taking
+    it back left the committed alarm with no row, never to fire (the fleet chaos run,
+    seed 20260601: "final row null, the object sees ...", after an unacknowledged set
+    whose caller's node was killed)."""
+    rt = await make_runtime(Lease)
+    lease = rt.get(Lease, "l1")
+    await lease.grant(1000, "first")  # the database exists
+    await clock.advance(2)  # fired: no alarm left, so the next one is a fresh row first
+    assert FIRED == [("l1", 1000)]
+    FAULT_POINTS.arm("object.commit.after", when(lambda info: info["key"] == ("Lease", "l1"),
+                                                 cut_off_after_commit))
+    call = asyncio.ensure_future(lease.grant(1000, "landed"))
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    FAULT_POINTS.disarm()
+    # Looked at before the object wakes (a wake would restore a lost row from its intent).
+    status = await rt.alarm(Lease, "l1")
+    assert status is not None and status.scheduled_ms == START_MS + 3000
+    assert await lease.value() == "landed"
+    assert await lease.alarm_at() == START_MS + 3000
+    await clock.advance(2)
+    assert FIRED == [("l1", 1000), ("l1", 3000)]
+
+
 async def test_a_failed_index_write_after_the_commit_leaves_the_event_standing(
         make_runtime: RuntimeFactory, clock: VirtualClock) -> None:
     """Moving an alarm later reaches the index only after the object commits; when that

@@ -16,6 +16,7 @@ its commit has landed, so the cache never disagrees with disk.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -299,9 +300,13 @@ class Storage:
             if change is not None:
                 await store.write_intent(*change)
             await store.commit()
-        except BaseException:
+        except BaseException as exc:
             await store.rollback()
-            if before is not None:
+            # An event cut off (cancelled: its caller's node went away, say) during its
+            # commit may have landed it: the row written first then stays (early at
+            # worst, reconciled when it falls due), as taking it back would leave a
+            # committed alarm with no row, never to fire.
+            if before is not None and not isinstance(exc, asyncio.CancelledError):
                 await self._alarms.undo(key, written, current)
             raise
         if change is not None:
