@@ -37,6 +37,7 @@ from websockets.exceptions import (
     InvalidStatus,
     InvalidURI,
 )
+from websockets.frames import Close
 
 from alarmtop.server import wire
 
@@ -95,6 +96,13 @@ def describe_failure(exc: BaseException, url: str) -> str:
     return f"cannot reach {where}: {exc}"
 
 
+def closed_by_server(rcvd: Close | None) -> str:
+    """Why an open connection ended: the server's close code and reason when it sent
+    them."""
+    return "the server closed the connection" + (
+        f" ({rcvd.code} {rcvd.reason}".rstrip() + ")" if rcvd else "")
+
+
 class OpsClient(Protocol):
     role: str | None
 
@@ -149,9 +157,10 @@ class WebSocketOpsClient:
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def _read(self) -> None:
-        assert self._ws is not None
+        ws = self._ws
+        assert ws is not None
         try:
-            async for raw in self._ws:
+            async for raw in ws:
                 msg = json.loads(raw)
                 if msg.get("type") == "result":
                     fut = self._pending.pop(msg.get("id"), None)
@@ -159,10 +168,11 @@ class WebSocketOpsClient:
                         fut.set_result(msg)
                 else:
                     self._frames.put_nowait(msg)
+            # The iteration ends without an exception on a normal close (1000, 1001: a
+            # server that stops says "going away"): the reason is owed all the same.
+            self.last_error = closed_by_server(ws.protocol.close_rcvd)
         except ConnectionClosed as exc:
-            rcvd = exc.rcvd
-            self.last_error = ("the server closed the connection" + (
-                f" ({rcvd.code} {rcvd.reason})".rstrip() if rcvd else ""))
+            self.last_error = closed_by_server(exc.rcvd)
         finally:
             for fut in self._pending.values():
                 if not fut.done():

@@ -27,7 +27,9 @@ from tests.conftest import RuntimeFactory
 OPERATOR = "operator-token-for-tests"
 VIEWER = "viewer-token-for-tests"
 TICK_S = 0.02
-WAIT_S = 5.0
+# How long a frame, a close or a condition is waited for: a generous bound for a loaded
+# machine (a wait ends as soon as what it waits for comes), never a speed target.
+WAIT_S = 30.0
 
 Frame = dict[str, Any]
 

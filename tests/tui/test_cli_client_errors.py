@@ -6,10 +6,12 @@ it."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 
 import pytest
+from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import InvalidMessage
 
 from alarmtop.core import Event
@@ -75,6 +77,32 @@ async def test_the_reason_follows_the_server_and_clears_once_connected(
     assert "closed the connection" in info.value.reason
     assert client.last_error == info.value.reason
     await client.close()
+
+
+@pytest.mark.parametrize("code", [1000, 1001])
+async def test_a_normal_close_leaves_the_reason_too(code: int) -> None:
+    """A server that closes normally (1000, or 1001 "going away", as a stopping server
+    may) ends the client's iteration without an error: the reason was left unset, and
+    the console's header said nothing while the frames said the server closed."""
+    async def handler(conn: ServerConnection) -> None:
+        await conn.recv()  # the hello
+        await conn.send(json.dumps({"type": "welcome", "role": "viewer"}))
+        await conn.close(code, "bye")
+
+    async with serve(handler, "127.0.0.1", 0) as server:
+        port = server.sockets[0].getsockname()[1]
+        client = WebSocketOpsClient(f"ws://127.0.0.1:{port}/ops", TOKENS.viewer,
+                                    timeout_s=WAIT_S)
+        await client.connect()
+        try:
+            with pytest.raises(Disconnected) as info:
+                async with asyncio.timeout(WAIT_S):
+                    async for _ in client.frames():
+                        pass
+        finally:
+            await client.close()
+    assert info.value.reason == f"the server closed the connection ({code} bye)"
+    assert client.last_error == info.value.reason
 
 
 async def test_a_wrong_token_is_a_command_error_with_the_reason(
