@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from textual import events, work
@@ -35,6 +34,7 @@ from alarmtop.tui.bulk import BulkBook
 from alarmtop.tui.client import CommandError, Disconnected, OpsClient
 from alarmtop.tui.commands import console_commands
 from alarmtop.tui.compat import compose_ahead, drawing_driver, mode_started, restyle_pending
+from alarmtop.tui.console import Console, Outcome
 from alarmtop.tui.listings import ServerListings
 from alarmtop.tui.marks import Marks
 from alarmtop.tui.messages import BulkChanged, Reload, StateChanged
@@ -80,16 +80,6 @@ VERB = {"rearm": "re-arm", "fire_now": "fire now", "clear_dead_letter": "clear d
         "pause_alarm": "pause the alarm of", "resume_alarm": "resume the alarm of",
         "snooze_alarm": "snooze", "fire_timer": "fire", "snooze_timer": "snooze",
         "bulk_start": "start", "bulk_cancel": "cancel"}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What an operator command came to: done (with the server's answer) or not (why)."""
-
-    ok: bool
-    data: Any = None
-    error: str = ""
-    refused: bool = False  # the server (or the console) said no: nothing was done
 
 
 class AlarmtopApp(App[None]):
@@ -373,3 +363,7 @@ class AlarmtopApp(App[None]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from console_commands(self, screen)
         yield from super().get_system_commands(screen)
+
+
+# The views type `self.app` as a `Console`: mypy holds the app to being one here.
+_THE_APP_IS_A_CONSOLE: type[Console] = AlarmtopApp

@@ -4,7 +4,8 @@
 from the environment, `--read-only`); `alarmtop --demo` runs the embedded demo
 runtime and its server in this process and opens the console on it (`--events`
 prints the event stream instead); `alarmtop serve` runs a runtime and its server;
-`alarmtop web` serves the console to a browser (`alarmtop.tui.web`).
+`alarmtop web` serves the console to a browser (`alarmtop.tui.web`). What the two
+command lines share is in `cli_support.py`, which `web/cli.py` imports instead of this.
 
 A mistake (a URL that is not a WebSocket URL, a wrong token, nothing listening,
 TLS on one side only, a port in use, a data dir that is a file) is one or two
@@ -21,43 +22,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import secrets
-import shutil
 import signal
 import sys
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 from alarmtop.core import Event, configure_logging
+from alarmtop.tui.cli_support import (
+    DEFAULT_URL,
+    Parser,
+    UsageError,
+    check_url,
+    demo_data,
+    embedded,
+    fail,
+    port_number,
+    probe,
+    stop_driver,
+)
 
-if TYPE_CHECKING:
-    from alarmtop.core import Runtime
-    from alarmtop.server.app import OpsServer
-    from alarmtop.server.auth import Tokens
-
-DEFAULT_URL = "ws://127.0.0.1:8765/ops"
 TOKEN_ARGV_WARNING = ("alarmtop: warning: --token puts the token on the command line, where "
                       "every local user can read it (ps); use --token-file PATH or "
                       "ALARMTOP_OPERATOR_TOKEN instead")
-DEMO_DATA_NOTE = "alarmtop demo: data in {}; removed when you quit (--data-dir keeps it)"
-
-
-class UsageError(Exception):
-    """A command line that cannot work; the message says how to fix it."""
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, with its errors on one line instead of the whole usage."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def format_event(event: Event) -> str:
@@ -67,37 +58,6 @@ def format_event(event: Event) -> str:
     # Fields an event has no value for say nothing ("id=None name=None" said noise).
     rest = " ".join(f"{k}={v}" for k, v in data.items() if v is not None)
     return f"{when[:-3]}  {event.type:<24} {obj:<28} {rest}".rstrip()
-
-
-def port_number(text: str) -> int:
-    """argparse type of --port: 0 (any free port) to 65535."""
-    try:
-        port = int(text)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), not {text}")
-    return port
-
-
-def check_url(url: str) -> str:
-    """The ops URL to connect to (`/ops` added when there is no path), or `UsageError`."""
-    parts = urlsplit(url)
-    if parts.scheme in ("http", "https"):
-        ws = urlunsplit(parts._replace(scheme="ws" if parts.scheme == "http" else "wss"))
-        raise UsageError(f"--url {url}: the console speaks WebSocket, not HTTP: try {ws}")
-    if parts.scheme not in ("ws", "wss") or not parts.hostname:
-        raise UsageError(f"--url {url!r} is not a WebSocket URL: give ws://HOST:PORT/ops "
-                         f"(default {DEFAULT_URL})")
-    try:
-        port = parts.port
-    except ValueError:
-        port = 0
-    if port == 0:
-        raise UsageError(f"--url {url}: the port must be 1 to 65535")
-    if parts.path in ("", "/"):
-        return urlunsplit(parts._replace(path="/ops"))
-    return url
 
 
 def console_token(token_file: Path | None, token: str | None) -> str:
@@ -133,27 +93,6 @@ def positive_seconds(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"seconds > 0, e.g. 5, not {text}")
     return value
-
-
-@contextlib.contextmanager
-def demo_data(data_dir: Path | None) -> Iterator[tuple[Path, Callable[[], None] | None]]:
-    """The demo's data dir: `data_dir` (kept), or a temporary folder removed on exit;
-    with what removes it early, for an exit that cannot wait for the context's end."""
-    if data_dir is not None:
-        yield data_dir, None
-        return
-    with tempfile.TemporaryDirectory(prefix="alarmtop-demo-",
-                                     ignore_cleanup_errors=True) as tmp:
-        print(DEMO_DATA_NOTE.format(tmp), file=sys.stderr, flush=True)
-        yield Path(tmp), functools.partial(shutil.rmtree, tmp, ignore_errors=True)
-
-
-async def stop_driver(driver: asyncio.Task[None]) -> None:
-    """Cancel the demo's driver without waiting on it beyond a bound (it may be in a
-    call on a stuck object; the runtime's stop deals with that)."""
-    from alarmtop.server.serve import SERVER_GRACE_S
-    driver.cancel()
-    await asyncio.wait({driver}, timeout=SERVER_GRACE_S)
 
 
 async def _run_demo(data_dir: Path, duration: float | None,
@@ -215,24 +154,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-@contextlib.asynccontextmanager
-async def embedded(rt: Runtime, tokens: Tokens) -> AsyncIterator[OpsServer]:
-    """`rt` started, with its server on a free local port; on the way out both stop
-    within 2 s whatever is running (handlers still running are abandoned, as a crash
-    would abandon them)."""
-    from alarmtop.server.app import OpsServer
-    from alarmtop.server.serve import RUNTIME_GRACE_S, SERVER_GRACE_S
-
-    server = OpsServer(rt, tokens, "127.0.0.1", 0)  # before start: its sockets are budgeted
-    await rt.start()
-    try:
-        await server.start()
-        yield server
-    finally:
-        await server.stop(SERVER_GRACE_S)
-        await rt.stop(RUNTIME_GRACE_S)
-
-
 async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
                         cleanup: Callable[[], None] | None = None) -> None:
     """The demo runtime, its server on a free local port, and the console on it."""
@@ -266,19 +187,6 @@ async def _demo_console(data_dir: Path, read_only: bool, confirm: bool = True,
         leave_now(0, abandoned=True, cleanup=cleanup)
 
 
-async def probe(url: str, token: str) -> str:
-    """Connect and say hello once, before the console takes the terminal: the role, or
-    `Disconnected` / `CommandError` saying why not."""
-    from alarmtop.tui.client import WebSocketOpsClient
-
-    client = WebSocketOpsClient(url, token)
-    try:
-        await client.connect()
-        return client.role or "?"
-    finally:
-        await client.close()
-
-
 def _console(url: str, token_file: Path | None, token: str | None, read_only: bool,
              confirm: bool = True) -> int:
     from alarmtop.tui.app import AlarmtopApp
@@ -303,11 +211,6 @@ def _console(url: str, token_file: Path | None, token: str | None, read_only: bo
     app.run()
     # The feed stops for good only when the server refuses the token (say, rotated).
     return 1 if app.state.status.startswith("refused") else 0
-
-
-def fail(message: object, code: int, prog: str = "alarmtop") -> int:
-    print(f"{prog}: {message}", file=sys.stderr)
-    return code
 
 
 class ServeParser(Parser):

@@ -22,7 +22,7 @@ from alarmtop.tui.screens.marking import MarkingMixin
 from alarmtop.tui.screens.timers import TimersScreen
 
 if TYPE_CHECKING:
-    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.console import Console
 
 VIEWS = [("overview", "Overview", "1"), ("alarms", "Alarms", "2"),
          ("executions", "Executions", "3"), ("objects", "Objects", "4"),
@@ -121,7 +121,7 @@ def list_commands(screen: Screen[Any]) -> Iterator[SystemCommand]:
                         screen.action_reverse)
 
 
-def console_commands(app: AlarmtopApp, screen: Screen[Any]) -> Iterator[SystemCommand]:
+def console_commands(app: Console, screen: Screen[Any]) -> Iterator[SystemCommand]:
     for mode, title, key in VIEWS:
         yield SystemCommand(f"Go to {title} ({key})", f"Switch to the {title.lower()} view",
                             partial(app.switch_mode, mode))

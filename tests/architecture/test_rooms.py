@@ -5,9 +5,9 @@ rooms import downward, the backends know nothing of each other, the model is pur
 server/ and the console go through the ops door. These tests hold the rest, read
 from the source as text (nothing is imported or run):
 
-- no import cycle between any two modules of core, nor of server/, counting
-  imports inside functions and under TYPE_CHECKING; no server module imports
-  another inside a function;
+- no import cycle between any two modules of core, of server/, nor of the console
+  (tui/), counting imports inside functions and under TYPE_CHECKING, absolute or
+  relative; no server module imports another inside a function;
 - no module reaches another module's private names (`other._name`, or
   `from ... import _name`), in core/, server/ or tui/; the reaches into third-party
   internals that cannot be avoided live in one `compat.py` each, with their tests;
@@ -29,6 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "core"
 SERVER = ROOT / "server"
+TUI = ROOT / "tui"
 COMPAT = {ROOT / "tui" / "compat.py", CORE / "storage" / "sqlite" / "compat.py"}
 # Names with a leading underscore that are public API (namedtuple's, os._exit, and
 # sys._current_frames, documented for tools such as the loop's watchdog).
@@ -50,19 +51,30 @@ def module_name(path: Path, folder: Path = CORE) -> str:
     return ".".join([f"alarmtop.{folder.name}", *parts])
 
 
+def absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str:
+    """The module a `from ... import` names, a relative one (`from .x`) resolved."""
+    if not node.level:
+        return node.module or ""
+    parts = importer.split(".") if is_package else importer.split(".")[:-1]
+    parts = parts[:len(parts) - (node.level - 1)]
+    return ".".join([*parts, node.module] if node.module else parts)
+
+
 def imports_among(folder: Path) -> dict[str, set[str]]:
-    """Each module's imports of the other modules of `folder` (core, server): every
-    kind, wherever it is."""
+    """Each module's imports of the other modules of `folder` (core, server, tui):
+    every kind, wherever it is."""
     package = f"alarmtop.{folder.name}"
     modules = {module_name(p, folder): p for p in sources(folder)}
     edges: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and \
-                    node.module.startswith(package):
+            module = absolute(node, name, path.name == "__init__.py") \
+                if isinstance(node, ast.ImportFrom) else ""
+            if module.startswith(package):
+                assert isinstance(node, ast.ImportFrom)
                 for alias in node.names:
-                    target = f"{node.module}.{alias.name}"
-                    target = target if target in modules else node.module
+                    target = f"{module}.{alias.name}"
+                    target = target if target in modules else module
                     if target in modules and target != name:
                         edges[name].add(target)
             elif isinstance(node, ast.Import):
@@ -158,6 +170,14 @@ def test_no_two_server_modules_import_each_other_even_indirectly() -> None:
     assert cycles(imports_among(SERVER)) == []
 
 
+def test_no_two_console_modules_import_each_other_even_indirectly() -> None:
+    """The app on top, the command palette (`commands`) under it, the views and
+    dialogs under that, and what they know of the app (`console.Console`) under
+    them; `alarmtop` (`cli`) over `alarmtop web` (`web/cli`), what both use in
+    `cli_support`."""
+    assert cycles(imports_among(TUI)) == []
+
+
 def imported(node: ast.AST) -> list[str]:
     """The modules an import statement names (none for any other statement)."""
     if isinstance(node, ast.Import):
@@ -184,6 +204,16 @@ def test_the_checks_see_a_cycle_and_a_reach_when_there_is_one(tmp_path: Path) ->
     """The checks themselves, on made-up input: they would fail if the code had one."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert "alarmtop.server.wire" in imports_among(SERVER)["alarmtop.server.ops"]
+    # An edge counts inside a function, under TYPE_CHECKING, and relative.
+    sample = tmp_path / "tui"
+    (sample / "views").mkdir(parents=True)
+    (sample / "app.py").write_text("def f():\n    from alarmtop.tui.views import home\n")
+    (sample / "views" / "__init__.py").write_text("from . import home\n")
+    (sample / "views" / "home.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from ..app import f\n")
+    assert cycles(imports_among(sample)) == [
+        ["alarmtop.tui.app", "alarmtop.tui.views.home"]]
     file = ROOT / "tests" / "architecture" / "_reach_sample.py"
     file.write_text("def f(other):\n    return other._secret, other._replace()\n")
     try:

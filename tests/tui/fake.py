@@ -21,7 +21,7 @@ from unittest import mock
 
 from textual.css.query import NoMatches
 from textual.pilot import Pilot
-from textual.widgets import Button, DataTable, RichLog, Static
+from textual.widgets import Button, DataTable, Input, RichLog, Static
 
 from alarmtop.server.listing import check_sort, sort_rows
 from alarmtop.tui.app import AlarmtopApp
@@ -470,6 +470,10 @@ def _scene(keys: str | tuple[str, ...], ready: Callable[[Pilot[Any]], object],
                 await until(pilot, lambda: between(pilot), f"the view after {key}")
         await until(pilot, lambda: ready(pilot), f"the view behind {keys or 'start'}")
         await _idle_workers(pilot, busy)
+        # A focused input's cursor blinks (F's reason field): held shown, or the picture
+        # depends on how long the scene took, past half a second on a loaded machine.
+        for field in pilot.app.screen.query(Input):
+            field.cursor_blink = False
         await pilot.pause()
     return run_before
 

@@ -17,7 +17,8 @@ from websockets.exceptions import InvalidMessage
 from alarmtop.core import Event
 from alarmtop.server.app import OpsServer
 from alarmtop.server.auth import Tokens
-from alarmtop.tui.cli import format_event, probe
+from alarmtop.tui.cli import format_event
+from alarmtop.tui.cli_support import probe
 from alarmtop.tui.client import CommandError, Disconnected, WebSocketOpsClient, describe_failure
 from tests.conftest import RuntimeFactory
 

@@ -1,6 +1,6 @@
 """The console leaves within 2 s of `q`, and says why it cannot connect.
 
-`q` under Pilot while the embedded runtime (the `--demo` set-up: `cli.embedded`)
+`q` under Pilot while the embedded runtime (the `--demo` set-up: `cli_support.embedded`)
 has an alarm handler held by a 60 s delay and the console waits on a command for
 that object: the console, its server and its runtime are all gone within the
 bound (generous: a multiple of the 2 s target), the measured figure printed.
@@ -19,7 +19,7 @@ import pytest
 
 from alarmtop.core import AlarmInfo, DurableObject, Runtime, VirtualClock
 from alarmtop.server.auth import Tokens
-from alarmtop.tui import cli
+from alarmtop.tui import cli, cli_support
 from alarmtop.tui.app import AlarmtopApp
 from alarmtop.tui.client import WebSocketOpsClient
 from tests.tui.conftest import OPERATOR, VIEWER, until
@@ -42,7 +42,7 @@ async def test_q_quits_within_2_s_while_a_handler_runs(tmp_path: Path,
     rt.register(Held)
     tokens = Tokens(OPERATOR, VIEWER)
     took: dict[str, float] = {}
-    async with cli.embedded(rt, tokens) as server:
+    async with cli_support.embedded(rt, tokens) as server:
         await rt.get(Held, "h").arm()
         await clock.advance(0)
         assert ("Held", "h") in rt.scheduler.running
@@ -112,7 +112,7 @@ def test_the_demo_without_a_data_dir_says_where_and_removes_it(
         assert await asyncio.to_thread(data_dir.is_dir)
         await asyncio.to_thread((data_dir / "runtime.sqlite").write_text, "x")
         used.append(data_dir)
-        assert capsys.readouterr().err.strip() == cli.DEMO_DATA_NOTE.format(data_dir)
+        assert capsys.readouterr().err.strip() == cli_support.DEMO_DATA_NOTE.format(data_dir)
 
     monkeypatch.setattr(cli, "_demo_console", fake_demo)
     assert cli.main(["--demo", "--no-confirm"]) == 0

@@ -35,7 +35,7 @@ import pytest
 from aiohttp import web as aioweb
 
 from alarmtop.server.auth import Tokens
-from alarmtop.tui.cli import probe
+from alarmtop.tui.cli_support import probe
 from alarmtop.tui.web.server import Session, WebConsole, bound_url
 from tests.environment import unavailable
 from tests.tui.conftest import Harness

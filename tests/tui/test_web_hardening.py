@@ -31,7 +31,7 @@ import aiohttp
 import pytest
 from aiohttp import web as aioweb
 
-from alarmtop.tui.cli import DEMO_DATA_NOTE, probe
+from alarmtop.tui.cli_support import DEMO_DATA_NOTE, probe
 from alarmtop.tui.web.limits import MAX_HEIGHT, MAX_WIDTH, ConsoleCaps
 from alarmtop.tui.web.server import WebConsole, bound_url
 from tests.tui.conftest import Harness

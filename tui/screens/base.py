@@ -26,7 +26,7 @@ from alarmtop.tui.widgets.footer import FixedKeys, FooterRow, StatusLine
 from alarmtop.tui.widgets.status_bar import StatusBar
 
 if TYPE_CHECKING:
-    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.console import Console
 
 
 def styled_state(label: str) -> Text:
@@ -104,7 +104,7 @@ class ConsoleScreen(Screen[None]):
             self._footer_keys = keys
 
     @property
-    def console(self) -> AlarmtopApp:
+    def console(self) -> Console:
         return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:

@@ -26,7 +26,7 @@ from alarmtop.tui.screens.dialogs import Dialog
 from alarmtop.tui.screens.tool_dialogs import field
 
 if TYPE_CHECKING:
-    from alarmtop.tui.app import AlarmtopApp
+    from alarmtop.tui.console import Console
 
 SHOWN_KEYS = 5
 POLL_S = 1.0  # the progress view also asks the server, in case events were missed
@@ -61,7 +61,7 @@ def bulk_args(action: BulkAction, reason: str, note: str, throttle: str) -> dict
 
 class ConsoleDialog(Dialog):
     @property
-    def console(self) -> AlarmtopApp:
+    def console(self) -> Console:
         return self.app  # type: ignore[return-value]
 
 

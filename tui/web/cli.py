@@ -29,7 +29,17 @@ import signal
 import socket
 from pathlib import Path
 
-from alarmtop.tui.cli import Parser, UsageError, check_url, demo_data, fail, port_number
+from alarmtop.tui.cli_support import (
+    Parser,
+    UsageError,
+    check_url,
+    demo_data,
+    embedded,
+    fail,
+    port_number,
+    probe,
+    stop_driver,
+)
 
 PROG = "alarmtop web"
 DEFAULT_PORT = 8766
@@ -106,7 +116,6 @@ def listen(port: int) -> socket.socket:
 
 async def check_reachable(url: str) -> None:
     """Say hello to `url` without a token: a refusal shows the server is there."""
-    from alarmtop.tui.cli import probe
     from alarmtop.tui.client import CommandError, Disconnected
 
     try:
@@ -122,7 +131,6 @@ async def serve_web(ops_url: str, target: str, sock: socket.socket,
     """Serve on `sock` (bound already) until SIGINT or SIGTERM."""
     from aiohttp import web
 
-    from alarmtop.tui.cli import probe
     from alarmtop.tui.web.server import WebConsole, bound_url
 
     console = WebConsole(ops_url, lambda token: probe(ops_url, token), target,
@@ -153,7 +161,6 @@ async def serve_demo(data_dir: Path, sock: socket.socket, args: argparse.Namespa
     there on first start), like `alarmtop serve`'s."""
     from alarmtop.examples.demo import build_demo_runtime, start_demo_driver
     from alarmtop.server.auth import read_tokens, save_tokens
-    from alarmtop.tui.cli import embedded, stop_driver
 
     try:
         tokens, new = read_tokens(data_dir)
