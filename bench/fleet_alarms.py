@@ -321,6 +321,10 @@ def main() -> None:
         else:
             asyncio.run(node(*rest))
         return
+    # Ctrl-C stops the run and removes its work folder even when the run was started
+    # with SIGINT ignored (a background job of a shell, a test runner's worker): Python
+    # keeps an inherited "ignore" and would then run on to the end.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     n = args.alarms or (2_000 if args.quick else 10_000)
     lead_ms = int((args.lead_s or (20.0 if args.quick else 40.0)) * 1000)
     with work_area(args.dir, "fleet-alarms-") as work:

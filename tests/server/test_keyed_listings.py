@@ -186,12 +186,16 @@ async def scrape(server: OpsServer, token: str | None = None) -> tuple[int, str]
 
 
 async def test_metrics_and_the_header_read_counters_not_rows(
-        make_runtime: RuntimeFactory, serve: ServerFactory, client: ClientFactory) -> None:
+        make_runtime: RuntimeFactory, clock: VirtualClock, serve: ServerFactory,
+        client: ClientFactory) -> None:
     """A scrape and the header's counts run no SQL at all, and a snapshot no count(*)
     and no GROUP BY: they cost the same with a thousand alarms or a million."""
     rt = await make_runtime(Quiet)
     await fill(rt)
     server = await serve(rt)
+    # Settled first: the audit log's prune at start (a task of its own, which a loaded
+    # machine may run late) reads the audit table, and is no part of a scrape.
+    await clock.advance(0)
     db = rt.backend.database
     assert isinstance(db, SqliteDatabase)
     with statements(db) as seen:
