@@ -54,6 +54,18 @@ class DueWindow:
         self._entry[key] = seq
         heapq.heappush(self._heap, (rec.due_ms or 0, seq, key))
 
+    def defer(self, rec: AlarmRecord, due_ms: int) -> bool:
+        """Pop `rec` again at `due_ms`, its record unchanged: its row did not move, only
+        this window looks later (readers of `records` see the row as it is). False when
+        the window holds another state of the alarm by now."""
+        key = rec.key
+        if self.records.get(key) is not rec or rec.state is AlarmState.RUNNING:
+            return False
+        seq = next(self._seq)
+        self._entry[key] = seq
+        heapq.heappush(self._heap, (due_ms, seq, key))
+        return True
+
     def remove(self, key: AlarmKey) -> None:
         self.records.pop(key, None)
         self._entry.pop(key, None)

@@ -23,7 +23,7 @@ from alarmtop.core.kernel.hooks import NO_HOOKS, Hooks
 from alarmtop.core.kernel.objects.durable_object import AlarmInfo, DurableObject
 from alarmtop.core.kernel.objects.host import ObjectHost
 from alarmtop.core.kernel.objects.resident import EventKind
-from alarmtop.core.kernel.objects.storage import EventEnd, Plan, Storage
+from alarmtop.core.kernel.objects.storage import EventEnd, IndexRestoreFailed, Plan, Storage
 from alarmtop.core.model import alarm_intent, alarm_policy, hook_info
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import AlarmHandlerTimeout, GiveUp, ShardMoved, StorageError
@@ -195,6 +195,10 @@ class AlarmAttempt(EventKind):
         d, rec, sched = self._d, self.rec, self._d._sched
         try:
             intent = await d.intent_of(rec, storage)
+        except IndexRestoreFailed:
+            # The runtime database's fault, not the object's: its intent is sound but
+            # could not be compared here. Nothing runs; the record is looked at again.
+            raise
         except StorageError:
             # The database is damaged, quarantined or unreadable: the attempt goes ahead
             # on the row and fails on that same error, counted, to a dead letter that

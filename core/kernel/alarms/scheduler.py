@@ -533,10 +533,9 @@ class AlarmScheduler:
     def later(self, rec: AlarmRecord, ms: int) -> None:
         """A popped alarm that cannot run now is looked at again in `ms` (its row is
         unchanged: only this node's window holds the later time)."""
-        if self.still_current(rec):
-            later = rec._replace(next_attempt_ms=self._clock.now_ms() + ms)
-            self.window.put(later)
-            self._due_changed(later)
+        due = self._clock.now_ms() + ms
+        if self.window.defer(rec, due) and due < self._poke_before:
+            self._wakeup.poke()
 
     def still_current(self, rec: AlarmRecord) -> bool:
         """Whether a popped alarm was left alone while it waited for its object."""

@@ -25,12 +25,18 @@ from typing import Any, Protocol, overload
 
 from alarmtop.core.model import alarm_intent
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, Transition
-from alarmtop.core.model.errors import InvalidArgument
+from alarmtop.core.model.errors import InvalidArgument, StorageError
 from alarmtop.core.model.serialization import alarm_time_ms, to_json
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.ports import ExtraWrite, ObjectStore
 
 log = logging.getLogger("alarmtop.runtime")
+
+
+class IndexRestoreFailed(StorageError):
+    """The runtime database refused the write that makes an object's lost alarm row
+    again. The object's own database is sound: its intent is known, only not yet in
+    the index."""
 _UNSET: Any = object()
 
 
@@ -207,9 +213,15 @@ class Storage:
         store = await self._open_store(self._key, False, alarm_intent.intent_of_row(rec))
         if store is None:
             return alarm_intent.intent_of_row(rec)
-        self._store = store
         intent = await self._file_intent(store)
-        await self._check_index(intent, rec)
+        try:
+            await self._check_index(intent, rec)
+        except BaseException:
+            # Not kept open unchecked: the next event opens it again and checks again.
+            self._intent = None
+            await store.close()
+            raise
+        self._store = store
         return intent
 
     async def _check_index(self, intent: alarm_intent.Intent, rec: AlarmRecord | None) -> None:
@@ -224,7 +236,11 @@ class Storage:
                   "database lost writes (its -wal file lost or damaged, or restored from a "
                   "backup without it)", "lost" if rec is None else "an out-of-date row for",
                   key[0], key[1], intent.at_ms, intent.gen)
-        await self._alarms.commit(key, alarm_intent.restore(key, intent, rec))
+        try:
+            await self._alarms.commit(key, alarm_intent.restore(key, intent, rec))
+        except StorageError as exc:
+            raise IndexRestoreFailed(f"the alarm index row of {key[0]}/{key[1]} could not be "
+                                     f"restored from its intent: {exc}", exc.path) from exc
 
     async def _file_intent(self, store: ObjectStore) -> alarm_intent.Intent:
         if self._intent is None:
