@@ -450,9 +450,11 @@ class StorageBackend(Protocol):
     async def close(self) -> None: ...
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
-                          intent: tuple[int, int | None] = (0, None)) -> ObjectStore | None:
+                          intent: tuple[int, int | None] = (0, None),
+                          epoch: int | None = None) -> ObjectStore | None:
         """The object's database (made with `intent` when new); None when it has none
-        and `create` is false."""
+        and `create` is false. On a fleet, `epoch` is the lease epoch of the object's
+        shard it was woken under: its commits land only while that lease still holds."""
         ...
 
     async def count_objects(self) -> int: ...

@@ -414,8 +414,10 @@ class ObjectHost:
                           intent: tuple[int, int | None]) -> ObjectStore | None:
         """Open the object's database; a damaged or quarantined one is announced."""
         cls_name, name = key
+        r = self._residents.get(key)
         try:
-            return await self._backend.open_object(cls_name, name, create, intent)
+            return await self._backend.open_object(cls_name, name, create, intent,
+                                                   None if r is None else r.tenure)
         except StorageError as exc:
             if not isinstance(exc, OutOfDescriptors) and out_of_descriptors(exc):
                 raise self._out_of_descriptors(key, exc) from exc

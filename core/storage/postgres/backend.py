@@ -11,6 +11,7 @@ the new owner. The shard count is stored; a node started with another refuses.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -22,6 +23,7 @@ from alarmtop.core.model import leases
 from alarmtop.core.model.errors import InvalidArgument, LeaseLost, StorageError
 from alarmtop.core.model.node_tls import NodeTls, check_node_host
 from alarmtop.core.storage.backend_stores import BackendStores
+from alarmtop.core.storage.postgres import fleet_once
 from alarmtop.core.storage.postgres.alarm_rows import PgAlarmRows, PgAlarmRowWriter
 from alarmtop.core.storage.postgres.audit_rows import PgAuditRows
 from alarmtop.core.storage.postgres.database import PgDatabase
@@ -296,12 +298,17 @@ class PostgresBackend(BackendStores):
         self._deadlines.clear()
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
-                          intent: tuple[int, int | None] = (0, None)) -> PgObjectStore | None:
+                          intent: tuple[int, int | None] = (0, None),
+                          epoch: int | None = None) -> PgObjectStore | None:
         key = (object_class, object_name)
         self._require_pool()
         assert self._events is not None
-        return await PgObjectStore.open(self._events, key, create, intent,
-                                        self.shard_of(key), self.fence, self.install_id)
+        shard = self.shard_of(key)
+        # Its commits are fenced by the epoch it was woken under: a lease lost and
+        # claimed back meanwhile must not pass an event that read before the loss.
+        fence = self.fence if epoch is None else functools.partial(self.fence, at={shard: epoch})
+        return await PgObjectStore.open(self._events, key, create, intent, shard, fence,
+                                        self.install_id)
 
     async def count_objects(self) -> int:
         return await self._alarm_rows.count_objects()
@@ -562,27 +569,20 @@ class PostgresBackend(BackendStores):
         self._faults = store
 
     async def claim_once(self, name: str, at_ms: int) -> bool:
-        """Whether this node runs the fleet's one `name` at `at_ms` (a cron fire, say):
-        the first node to ask wins it, the others skip it. A node that wins and dies
-        before running it loses that one run (as a process that is down misses a fire)."""
-        async with self._require_pool().acquire() as conn:
-            won = await conn.fetchval(
-                f"INSERT INTO {SCHEMA}.fleet_once (name, at_ms, node_id) VALUES ($1, $2, $3) "
-                "ON CONFLICT DO NOTHING RETURNING 1", name, at_ms, self.node_id)
-            self._claims += 1
-            if self._claims % 256 == 1:  # a day's worth is plenty to tell the nodes apart
-                await conn.execute(f"DELETE FROM {SCHEMA}.fleet_once WHERE at_ms < $1",
-                                   at_ms - 86_400_000)
-        return won is not None
+        """Whether this node runs the fleet's one `name` at `at_ms` (see `fleet_once`)."""
+        self._claims += 1
+        return await fleet_once.claim(self._require_pool(), self.node_id, name, at_ms,
+                                      self._claims % fleet_once.PRUNE_EVERY == 1)
 
-    async def fence(self, conn: PgConn, shards: set[int]) -> None:
+    async def fence(self, conn: PgConn, shards: set[int], at: dict[int, int] | None = None
+                    ) -> None:
         """In the writer's transaction: proceed only while this node still holds each
-        shard's lease at the epoch it claimed it with. The rows are locked for share,
-        so a claim by another node waits for this transaction and then wins."""
+        shard's lease at the epoch it claimed it with (or at the epoch `at` says).
+        The rows are locked for share, so another node's claim waits, then wins."""
         wanted = sorted(shards)
         rows = await conn.fetch(f"SELECT shard, owner, epoch FROM {SCHEMA}.shards WHERE "
                                 "shard = ANY($1::int[]) FOR SHARE", wanted)
-        held = self.epochs
+        held = self.epochs if at is None else at
         lost = [int(r[0]) for r in rows if r[1] != self.node_id or held.get(int(r[0])) != r[2]]
         if lost or len(rows) != len(wanted):
             raise LeaseLost(f"this node ({self.node_id}) no longer holds shard(s) "

@@ -191,9 +191,10 @@ class SqliteBackend(BackendStores):
         return self.data_dir / "objects" / object_class / object_file_name(object_name)
 
     async def open_object(self, object_class: str, object_name: str, create: bool = True,
-                          intent: tuple[int, int | None] = (0, None)
+                          intent: tuple[int, int | None] = (0, None), epoch: int | None = None
                           ) -> SqliteObjectStore | None:
-        """The object's database; None when it has none and `create` is false."""
+        """The object's database; None when it has none and `create` is false (one
+        node alone: no lease `epoch` to fence by)."""
         return await SqliteObjectStore.open(self.object_path(object_class, object_name),
                                             self.quarantine, key=(object_class, object_name),
                                             check=self.check_on_open, create=create,
