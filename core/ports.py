@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -30,6 +31,14 @@ from alarmtop.core.model.storage_values import Counts, ExecResult, LogChain, Obj
 # a plain function; PostgreSQL: a coroutine function), run inside one of its commits.
 ExtraWrite = Callable[[Any], Any]
 OpWrite = ExtraWrite
+
+# On a fleet: the object whose event is running and the epoch of the lease its shard
+# was held by when the object woke (None: no event, or one node alone). Set by the
+# kernel around each event; a fenced database reads it as a write is submitted, and
+# refuses the write unless that very lease still holds. A node that lost the shard
+# and claimed it back meanwhile holds a newer epoch: the event read before the loss.
+EVENT_LEASE: contextvars.ContextVar[tuple[AlarmKey, int] | None] = contextvars.ContextVar(
+    "alarmtop_event_lease", default=None)
 
 
 class Timer(Protocol):

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import StorageError
 
-W = TypeVar("W")
 
-
-def coalesce(batch: Iterable[tuple[Sequence[AlarmRecord], Sequence[AlarmKey], W | None, Any]]
-             ) -> tuple[dict[AlarmKey, AlarmRecord | None], list[W]]:
+def coalesce(batch: Iterable[tuple[Any, ...]]) -> tuple[dict[AlarmKey, AlarmRecord | None],
+                                                      list[Any]]:
     """Each alarm key's last change (its record, or None when the last was a delete),
     and the other writes in their order: one row per key is written, as if the
     writes had been made one by one."""
     final: dict[AlarmKey, AlarmRecord | None] = {}
-    extras: list[W] = []
-    for puts, deletes, extra, _ in batch:
+    extras: list[Any] = []
+    for entry in batch:
+        puts, deletes, extra = entry[0], entry[1], entry[2]  # then what the backend keeps
         for key in deletes:
             final[key] = None
         for rec in puts:

@@ -164,10 +164,11 @@ async def test_a_shard_lost_during_the_recovery_of_cut_attempts_is_left_to_its_o
     await db.write([armed._replace(state=AlarmState.RUNNING, started_ms=clock.now_ms())])
     backend = backend_of(a)
 
-    async def moved(conn: object, shards: set[int]) -> None:
+    async def moved(conn: object, shards: set[int], at: dict[int, int] | None) -> None:
         raise LeaseLost("the shard went to another node")
 
-    def not_held(shards: set[int]) -> tuple[list[int], list[int], str]:
+    def not_held(shards: set[int], at: dict[int, int] | None
+                 ) -> tuple[list[int], list[int], str]:
         return sorted(shards), [-1] * len(shards), backend.node_id
 
     # Refused both ways a write is fenced: in a transaction, and inside one statement.

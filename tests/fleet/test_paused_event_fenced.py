@@ -14,6 +14,7 @@ epoch the object was woken under.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -46,20 +47,27 @@ async def _sql(rt: Any, *statements: str) -> None:
             await conn.execute(sql)
 
 
-async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_back(
-        node: NodeFactory, clock: VirtualClock) -> None:
-    GATE.update(read=asyncio.Event(), go=asyncio.Event())
-    a = await node("a", Tally, lease_s=LEASE_S)
-    b = await node("b", Tally, lease_s=LEASE_S)
-    await balance(a, b)
-    name = name_on(a, "Tally")
-    shard = backend_of(a).shard_of(("Tally", name))
-    assert await a.get(Tally, name).add(10) == 10
-    first_epoch = backend_of(a).epochs[shard]
-    held = asyncio.get_running_loop().create_task(a.get(Tally, name).held_add(1))
-    await asyncio.wait_for(GATE["read"].wait(), 30)
+class Beacon(DurableObject):
+    """An object with no database: its alarm row is its one durable state."""
 
-    # a stalls with the event in flight: b takes the shard over and writes the object.
+    async def arm(self, at_ms: int) -> None:
+        await self.ctx.storage.set_alarm(at_ms)
+
+    async def held_arm(self, at_ms: int) -> None:
+        await self.ctx.storage.get_alarm()
+        GATE["read"].set()
+        await GATE["go"].wait()
+        await self.ctx.storage.set_alarm(at_ms)
+
+    async def alarm_at(self) -> int | None:
+        return await self.ctx.storage.get_alarm()
+
+
+async def lose_and_claim_back(a: Any, b: Any, shard: int,
+                              on_b: Callable[[], Awaitable[None]]) -> None:
+    """a stalls with an event in flight; b takes the shard over and runs `on_b`, then
+    goes away; a's next lease round claims the shard back under a newer epoch."""
+    first_epoch = backend_of(a).epochs[shard]
     await _sql(a, "UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'",
                "UPDATE alarmtop.shards SET expires_ms = 0 WHERE owner = 'a'")
 
@@ -67,7 +75,7 @@ async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_bac
         await backend_of(b).keep_leases_once()
         return shard in backend_of(b).epochs
     await until(b_holds, what="b taking the shard over")
-    assert await b.get(Tally, name).add(100) == 110
+    await on_b()
     await b.stop()
 
     async def a_holds_again() -> bool:
@@ -75,7 +83,47 @@ async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_bac
         return backend_of(a).epochs.get(shard, first_epoch) > first_epoch
     await until(a_holds_again, what="a claiming the shard back")
 
+
+async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_back(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    GATE.update(read=asyncio.Event(), go=asyncio.Event())
+    a = await node("a", Tally, lease_s=LEASE_S)
+    b = await node("b", Tally, lease_s=LEASE_S)
+    await balance(a, b)
+    name = name_on(a, "Tally")
+    assert await a.get(Tally, name).add(10) == 10
+    held = asyncio.get_running_loop().create_task(a.get(Tally, name).held_add(1))
+    await asyncio.wait_for(GATE["read"].wait(), 30)
+
+    async def write_on_b() -> None:
+        assert await b.get(Tally, name).add(100) == 110
+    await lose_and_claim_back(a, b, backend_of(a).shard_of(("Tally", name)), write_on_b)
+
     GATE["go"].set()  # the stalled event goes on to its commit
     with pytest.raises(Exception, match="no longer holds"):
         await asyncio.wait_for(held, 30)
     assert await a.get(Tally, name).add(0) == 110  # b's write stands
+
+
+async def test_an_alarm_only_objects_stale_event_is_fenced_out_too(
+        node: NodeFactory, clock: VirtualClock) -> None:
+    """The same for an object with no database: its event's one commit is its alarm
+    row, written through the runtime database's batched writer."""
+    GATE.update(read=asyncio.Event(), go=asyncio.Event())
+    a = await node("a", Beacon, lease_s=LEASE_S)
+    b = await node("b", Beacon, lease_s=LEASE_S)
+    await balance(a, b)
+    name = name_on(a, "Beacon")
+    now = clock.now_ms()
+    await a.get(Beacon, name).arm(now + 600_000)
+    held = asyncio.get_running_loop().create_task(a.get(Beacon, name).held_arm(now + 900_000))
+    await asyncio.wait_for(GATE["read"].wait(), 30)
+
+    async def arm_on_b() -> None:
+        await b.get(Beacon, name).arm(now + 700_000)
+    await lose_and_claim_back(a, b, backend_of(a).shard_of(("Beacon", name)), arm_on_b)
+
+    GATE["go"].set()
+    with pytest.raises(Exception, match="no longer holds"):
+        await asyncio.wait_for(held, 30)
+    assert await a.get(Beacon, name).alarm_at() == now + 700_000  # b's alarm stands

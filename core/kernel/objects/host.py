@@ -41,7 +41,7 @@ from alarmtop.core.model.errors import (
     StorageError,
 )
 from alarmtop.core.model.hibernation import ResidentView, choose_evictions, next_deadline
-from alarmtop.core.ports import Clock, ObjectStore, StorageBackend
+from alarmtop.core.ports import EVENT_LEASE, Clock, ObjectStore, StorageBackend
 
 ObjectKey = tuple[str, str]
 Body = Callable[[DurableObject], Awaitable[Any]]
@@ -328,6 +328,7 @@ class ObjectHost:
                              "renewed: PostgreSQL unreachable, or the node paused); the event "
                              "did not run here")
         storage = await self.fresh_storage(r)
+        lease = EVENT_LEASE.set(None if r.tenure is None else (r.key, r.tenure))
         r.doing, r.since_ms = kind, self._clock.now_ms()
         hooks = self.hooks
         started = self._event_started(r, kind) if hooks.on_object_event_start or \
@@ -387,6 +388,7 @@ class ObjectHost:
                                   else hook_info.Outcome.ERROR, error)
             return value, error, index_failed
         finally:
+            EVENT_LEASE.reset(lease)
             if r.instance is None and storage.is_open:
                 await storage.close()  # its wake failed: no instance will close it
 

@@ -576,24 +576,24 @@ class PostgresBackend(BackendStores):
 
     async def fence(self, conn: PgConn, shards: set[int], at: dict[int, int] | None = None
                     ) -> None:
-        """In the writer's transaction: proceed only while this node still holds each
-        shard's lease at the epoch it claimed it with (or at the epoch `at` says).
-        The rows are locked for share, so another node's claim waits, then wins."""
+        """In the writer's transaction: go on only while this node holds each shard at
+        the epoch it claimed it with (or `at` says); a claim waits for us, then wins."""
         wanted = sorted(shards)
         rows = await conn.fetch(f"SELECT shard, owner, epoch FROM {SCHEMA}.shards WHERE "
                                 "shard = ANY($1::int[]) FOR SHARE", wanted)
-        held = self.epochs if at is None else at
+        held = self.epochs if at is None else {**self.epochs, **at}
         lost = [int(r[0]) for r in rows if r[1] != self.node_id or held.get(int(r[0])) != r[2]]
         if lost or len(rows) != len(wanted):
             raise LeaseLost(f"this node ({self.node_id}) no longer holds shard(s) "
                             f"{lost or wanted}: nothing of the write was kept; the objects' new "
                             "owner carries on")
 
-    def fence_rows(self, shards: set[int]) -> tuple[list[int], list[int], str]:
+    def fence_rows(self, shards: set[int], at: dict[int, int] | None = None
+                   ) -> tuple[list[int], list[int], str]:
         """`fence` as data, for a statement that checks it itself: the shards, the epoch
-        this node holds each at (-1: not held, which fails the check) and its id."""
-        wanted = sorted(shards)
-        return wanted, [self.epochs.get(s, -1) for s in wanted], self.node_id
+        each must be held at (-1: not held, which fails the check) and this node's id."""
+        wanted, held = sorted(shards), self.epochs if at is None else {**self.epochs, **at}
+        return wanted, [held.get(s, -1) for s in wanted], self.node_id
 
     def owned_shards(self) -> Sequence[int]:
         """The shards this node runs (held, and not lapsed)."""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord
 from alarmtop.core.model.errors import LeaseLost, StorageError
+from alarmtop.core.ports import EVENT_LEASE
 from alarmtop.core.storage.batches import coalesce, settle
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.errors import storage_error
@@ -38,13 +39,16 @@ T = TypeVar("T")
 log = logging.getLogger("alarmtop.storage")
 # A write of the runtime database's tables, given the committer's connection.
 PgWrite = Callable[["PgConn"], Awaitable[None]]
-_Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], PgWrite | None, "asyncio.Future[None]"]
+# (puts, deletes, extra, the event's lease it was submitted under, its writer's future)
+_Entry = tuple[Sequence[AlarmRecord], Sequence[AlarmKey], PgWrite | None,
+               "tuple[AlarmKey, int] | None", "asyncio.Future[None]"]
 MAX_BATCH = 5_000
 COUNTERS_IDLE_S = 1.0  # how often an idle committer reads the counters other nodes change
 
-Fence = Callable[["PgConn", set[int]], Awaitable[None]]
+# A fence by the node's epochs, or by the epochs given for some shards (events' leases).
+Fence = Callable[["PgConn", set[int], dict[int, int] | None], Awaitable[None]]
 FenceRows = tuple[list[int], list[int], str]
-FenceRowsOf = Callable[[set[int]], FenceRows]
+FenceRowsOf = Callable[[set[int], dict[int, int] | None], FenceRows]
 
 
 class SingleWriter(Protocol):
@@ -146,7 +150,7 @@ class PgDatabase:
             raise StorageError("the runtime database is not open (or already closed)",
                                self.path)
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((puts, deletes, extra, fut))
+        self._queue.append((puts, deletes, extra, EVENT_LEASE.get(), fut))
         self._wake.set()
         return fut
 
@@ -250,6 +254,9 @@ class PgDatabase:
             fence_key = getattr(extra, "fence_key", None)
             if fence_key is not None:  # an execution's log: fenced by its object's shard
                 shards.add(layout.shard_of(fence_key))
+        pinned = _pinned(batch, layout)
+        shards |= set(pinned)
+        at = pinned or None
         rows, dels = layout.row_values(final) if final else ([], [])
         # (An empty write stays a transaction: it reads the counters back.)
         alone = self._single(extras) if final or extras else None
@@ -257,7 +264,7 @@ class PgDatabase:
             # Only checkpoints (an execution's start, steps or end) and alarm rows: one
             # statement, its fence inside, no BEGIN or COMMIT of its own (see
             # `MergedCheckpoints`).
-            if await alone(conn, extras, self.fence_rows(shards), rows, dels):
+            if await alone(conn, extras, self.fence_rows(shards, at), rows, dels):
                 self._recount = True
             if FAULT_POINTS.active:
                 FAULT_POINTS.hit("index.commit.after", keys=list(final), extras=len(extras))
@@ -265,7 +272,7 @@ class PgDatabase:
         self._recount = True
         async with conn.transaction():
             if self.fence is not None and shards:
-                await self.fence(conn, shards)
+                await self.fence(conn, shards, at)
             if rows or dels:
                 await layout.write_rows(conn, rows, dels)
             await _run_extras(conn, extras)
@@ -304,6 +311,18 @@ class PgDatabase:
             raise
         except Exception as exc:
             raise self.error(exc) from exc
+
+
+def _pinned(batch: list[_Entry], layout: PgLayout) -> dict[int, int]:
+    """The epochs the batch's writes must be fenced by, by shard: those of the events
+    that made them (see `EVENT_LEASE`). Two events of one shard under two epochs: the
+    batch is refused, and its writes are tried one by one."""
+    pinned: dict[int, int] = {}
+    for entry in batch:
+        lease = entry[3]
+        if lease is not None and pinned.setdefault(layout.shard_of(lease[0]), lease[1]) != lease[1]:
+            raise LeaseLost("writes made under two leases of one shard: each is tried alone")
+    return pinned
 
 
 def _refused(entry: _Entry) -> None:
