@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import asyncpg
+from typing import TYPE_CHECKING
 
 from alarmtop.core.storage.postgres.schema import SCHEMA
+
+if TYPE_CHECKING:  # the driver is the postgres extra's: never needed to import this
+    import asyncpg
 
 KEEP_MS = 86_400_000  # a day's worth is plenty to tell the nodes apart
 PRUNE_EVERY = 256  # claims between two prunes of what is older than that
