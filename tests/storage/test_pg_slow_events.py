@@ -14,6 +14,7 @@ import pytest
 
 from alarmtop.core import DurableObject, PostgresBackend, Runtime, VirtualClock
 from tests.conftest import START_MS
+from tests.fleet.conftest import until
 
 POOL = 3
 PROMPT_S = 5.0  # generous on a loaded machine; the starved call waited forever
@@ -69,7 +70,7 @@ async def test_the_overflow_is_bounded_and_given_back(
     """Past the pool and as many again, an event waits its turn; the connections opened
     for the waiting ones are closed after their commits."""
     runtime, backend, began = rt
-    events = backend._events
+    events = backend.events
     assert events is not None
     holds = [asyncio.create_task(runtime.get(Slow, f"slow-{i}").hold())
              for i in range(2 * POOL)]
@@ -79,8 +80,9 @@ async def test_the_overflow_is_bounded_and_given_back(
                 await began.get()
         assert events.extra == POOL
         waiting = asyncio.create_task(runtime.get(Slow, "late").ping())
-        await asyncio.sleep(1.0)
-        assert not waiting.done()  # bounded: it waits for a connection to come back
+        # Past its patience, with no overflow left: it waits for a pooled connection.
+        await until(lambda: events.waiting == 1, within=60, what="the late event waiting")
+        assert not waiting.done() and events.extra == POOL  # bounded: no more opened
         holds[0].cancel()
         async with asyncio.timeout(PROMPT_S):
             assert await waiting == "pong"

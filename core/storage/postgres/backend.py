@@ -140,7 +140,7 @@ class PostgresBackend(BackendStores):
         self.node_insecure_no_tls = bool(node_insecure_no_tls)
         check_node_host(node_host, self.node_tls, self.node_insecure_no_tls)
         self._pool: asyncpg.Pool | None = None  # the runtime's own reads (never events')
-        self._events: EventConnections | None = None  # objects' events
+        self.events: EventConnections | None = None  # objects' events (None: closed)
         self._lease = LeaseConnection(dsn)  # the lease keeper's: never waits for a pool
         self.epochs: dict[int, int] = {}  # shards this node holds, with their lease epoch
         # Until when (this node's monotonic clock) each held lease surely runs: past it
@@ -210,7 +210,7 @@ class PostgresBackend(BackendStores):
                                "check the DSN, that the "
                                "server runs, and the password (PGPASSFILE)") from exc
         try:
-            self._events = await EventConnections.open(self.dsn, self.pool_size, _keep_session)
+            self.events = await EventConnections.open(self.dsn, self.pool_size, _keep_session)
         except BaseException:
             await self._pool.close()
             self._pool = None
@@ -235,7 +235,7 @@ class PostgresBackend(BackendStores):
 
     async def _close_events(self) -> None:
         self._lease.terminate()
-        events, self._events = self._events, None
+        events, self.events = self.events, None
         if events is not None:
             await events.close()
 
@@ -263,9 +263,9 @@ class PostgresBackend(BackendStores):
             if pool is not None:
                 pool.terminate()
             self._lease.terminate()
-            if self._events is not None:
-                self._events.terminate()
-                self._events.pool.terminate()
+            if self.events is not None:
+                self.events.terminate()
+                self.events.pool.terminate()
             raise
 
     async def _close(self) -> None:
@@ -302,12 +302,12 @@ class PostgresBackend(BackendStores):
                           epoch: int | None = None) -> PgObjectStore | None:
         key = (object_class, object_name)
         self._require_pool()
-        assert self._events is not None
+        assert self.events is not None
         shard = self.shard_of(key)
         # Its commits are fenced by the epoch it was woken under: a lease lost and
         # claimed back meanwhile must not pass an event that read before the loss.
         fence = self.fence if epoch is None else functools.partial(self.fence, at={shard: epoch})
-        return await PgObjectStore.open(self._events, key, create, intent, shard, fence,
+        return await PgObjectStore.open(self.events, key, create, intent, shard, fence,
                                         self.install_id)
 
     async def count_objects(self) -> int:

@@ -57,6 +57,7 @@ class EventConnections:
         self.patience_s = patience_s
         self._extra: set[Any] = set()  # overflow connections held now
         self._opening = 0  # and being opened
+        self.waiting = 0  # events waiting for a pooled connection, the overflow used up
 
     @property
     def extra(self) -> int:
@@ -68,7 +69,11 @@ class EventConnections:
             return await self.pool.acquire(timeout=self.patience_s)
         except TimeoutError:
             if self.extra >= self.overflow:
-                return await self.pool.acquire()
+                self.waiting += 1
+                try:
+                    return await self.pool.acquire()
+                finally:
+                    self.waiting -= 1
         self._opening += 1
         try:
             conn = await self._connect()
