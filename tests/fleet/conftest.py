@@ -122,6 +122,31 @@ def name_on(rt: Runtime, cls: str = "Counter", prefix: str = "obj") -> str:
     raise AssertionError(f"{backend.node_id} holds no shard")
 
 
+async def stall_and_claim_back(a: Runtime, b: Runtime, shard: int,
+                               on_b: Callable[[], Awaitable[None]]) -> None:
+    """Node a stalls unnoticed (its heartbeat and leases run out: a loaded machine, a
+    paused process); b takes the shard over and runs `on_b`, then goes away; a's next
+    lease round claims the shard back under a newer epoch."""
+    first_epoch = backend_of(a).epochs[shard]
+    async with backend_of(a)._require_pool().acquire() as conn:
+        await conn.execute("UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = $1",
+                           backend_of(a).node_id)
+        await conn.execute("UPDATE alarmtop.shards SET expires_ms = 0 WHERE owner = $1",
+                           backend_of(a).node_id)
+
+    async def b_holds() -> bool:
+        await backend_of(b).keep_leases_once()
+        return shard in backend_of(b).epochs
+    await until(b_holds, what="b taking the shard over")
+    await on_b()
+    await b.stop()
+
+    async def a_holds_again() -> bool:
+        await backend_of(a).keep_leases_once()
+        return backend_of(a).epochs.get(shard, first_epoch) > first_epoch
+    await until(a_holds_again, what="a claiming the shard back")
+
+
 async def prove(conn: Any, secret: str, node: str, protocol: int | None = 2) -> str:
     """The caller's side of a node link's handshake on a raw connection `conn`: answer
     the listener's challenge with a proof of `secret`; the hello frame sent (for a

@@ -14,13 +14,11 @@ epoch the object was woken under.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import pytest
 
 from alarmtop.core import DurableObject, VirtualClock
-from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, stall_and_claim_back
 
 LEASE_S = 120.0  # the nodes' own lease rounds stay out of the way
 GATE: dict[str, asyncio.Event] = {}
@@ -41,12 +39,6 @@ class Tally(DurableObject):
         return total
 
 
-async def _sql(rt: Any, *statements: str) -> None:
-    async with backend_of(rt)._require_pool().acquire() as conn:
-        for sql in statements:
-            await conn.execute(sql)
-
-
 class Beacon(DurableObject):
     """An object with no database: its alarm row is its one durable state."""
 
@@ -63,27 +55,6 @@ class Beacon(DurableObject):
         return await self.ctx.storage.get_alarm()
 
 
-async def lose_and_claim_back(a: Any, b: Any, shard: int,
-                              on_b: Callable[[], Awaitable[None]]) -> None:
-    """a stalls with an event in flight; b takes the shard over and runs `on_b`, then
-    goes away; a's next lease round claims the shard back under a newer epoch."""
-    first_epoch = backend_of(a).epochs[shard]
-    await _sql(a, "UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'",
-               "UPDATE alarmtop.shards SET expires_ms = 0 WHERE owner = 'a'")
-
-    async def b_holds() -> bool:
-        await backend_of(b).keep_leases_once()
-        return shard in backend_of(b).epochs
-    await until(b_holds, what="b taking the shard over")
-    await on_b()
-    await b.stop()
-
-    async def a_holds_again() -> bool:
-        await backend_of(a).keep_leases_once()
-        return backend_of(a).epochs.get(shard, first_epoch) > first_epoch
-    await until(a_holds_again, what="a claiming the shard back")
-
-
 async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_back(
         node: NodeFactory, clock: VirtualClock) -> None:
     GATE.update(read=asyncio.Event(), go=asyncio.Event())
@@ -97,7 +68,7 @@ async def test_an_event_from_before_a_lost_lease_is_fenced_out_after_a_claim_bac
 
     async def write_on_b() -> None:
         assert await b.get(Tally, name).add(100) == 110
-    await lose_and_claim_back(a, b, backend_of(a).shard_of(("Tally", name)), write_on_b)
+    await stall_and_claim_back(a, b, backend_of(a).shard_of(("Tally", name)), write_on_b)
 
     GATE["go"].set()  # the stalled event goes on to its commit
     with pytest.raises(Exception, match="no longer holds"):
@@ -121,7 +92,7 @@ async def test_an_alarm_only_objects_stale_event_is_fenced_out_too(
 
     async def arm_on_b() -> None:
         await b.get(Beacon, name).arm(now + 700_000)
-    await lose_and_claim_back(a, b, backend_of(a).shard_of(("Beacon", name)), arm_on_b)
+    await stall_and_claim_back(a, b, backend_of(a).shard_of(("Beacon", name)), arm_on_b)
 
     GATE["go"].set()
     with pytest.raises(Exception, match="no longer holds"):

@@ -20,7 +20,14 @@ from typing import Any
 
 from alarmtop.core import AlarmInfo, DurableObject, VirtualClock
 from alarmtop.core.model.errors import StorageError
-from tests.fleet.conftest import NodeFactory, backend_of, balance, name_on, until
+from tests.fleet.conftest import (
+    NodeFactory,
+    backend_of,
+    balance,
+    name_on,
+    stall_and_claim_back,
+    until,
+)
 
 LEASE_S = 120.0  # the keepers' own rounds (every 40 s) stay out of the way
 
@@ -47,12 +54,6 @@ class Armed(DurableObject):
         await self.ctx.storage.put("fired", int(await self.ctx.storage.get("fired") or 0) + 1)
 
 
-async def _sql(rt: Any, *statements: str) -> None:
-    async with backend_of(rt)._require_pool().acquire() as conn:
-        for sql in statements:
-            await conn.execute(sql)
-
-
 async def test_a_shard_taken_back_after_another_node_owned_it_forgets_what_it_knew(
         node: NodeFactory, clock: VirtualClock) -> None:
     a = await node("a", Armed, lease_s=LEASE_S)
@@ -64,25 +65,12 @@ async def test_a_shard_taken_back_after_another_node_owned_it_forgets_what_it_kn
     await obj.arm(clock.now_ms() + 60_000)
     await obj.disarm()  # a keeps the object in memory: its intent, "no alarm", cached
     assert ("Armed", name) in a.resident_objects()
-    first_epoch = backend_of(a).epochs[shard]
-
-    # a stalls: its heartbeat and its leases run out (it has not noticed yet); b takes
-    # every shard over, and the object sets an alarm there.
-    await _sql(a, "UPDATE alarmtop.nodes SET renewed_ms = 0 WHERE node_id = 'a'",
-               "UPDATE alarmtop.shards SET expires_ms = 0 WHERE owner = 'a'")
-
-    async def b_holds() -> bool:
-        await backend_of(b).keep_leases_once()
-        return shard in backend_of(b).epochs
-    await until(b_holds, what="b taking the shard over")
     at = clock.now_ms() + 5_000
-    assert await b.get(Armed, name).arm(at) == at
-    await b.stop()  # b goes away; a claims the shard back at its next round
 
-    async def a_holds_again() -> bool:
-        await backend_of(a).keep_leases_once()
-        return backend_of(a).epochs.get(shard, first_epoch) > first_epoch
-    await until(a_holds_again, what="a claiming the shard back")
+    async def arm_on_b() -> None:
+        # a has stalled: b took every shard over; the object sets an alarm there.
+        assert await b.get(Armed, name).arm(at) == at
+    await stall_and_claim_back(a, b, shard, arm_on_b)
 
     # What b committed is what a now serves: the object sees its alarm ...
     assert await obj.view() == at
