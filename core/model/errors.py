@@ -37,6 +37,8 @@
      │    ├── OutOfDescriptors                   no file descriptor left to open a database
      │    ├── ChainBroken                        an earlier checkpoint of the invocation failed
      │    ├── DataDirInUse                       another runtime holds the data folder's lock
+     │    ├── CommitOutcomeUnknown               the connection went during an event's
+     │    │                                      commit: it may or may not have landed
      │    └── LeaseLost                          this node lost the shard it was writing
      ├── AlarmHandlerTimeout (raised into the attempt record, never to callers)
      └── GiveUp                                  an alarm handler's failure that must not
@@ -270,6 +272,12 @@ class OutOfDescriptors(StorageError):
 
 class CommandTimeout(AlarmtopError):
     """A command had no outcome by its deadline; it was left to finish."""
+
+
+class CommitOutcomeUnknown(StorageError):
+    """The connection went while an event's commit was under way: it may have landed or
+    not, and nothing can tell which from here. The event counts as failed; what it
+    wrote ahead of the commit (an early alarm row) stays, to be reconciled when due."""
 
 
 class LeaseLost(StorageError):

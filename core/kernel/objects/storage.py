@@ -25,7 +25,7 @@ from typing import Any, Protocol, overload
 
 from alarmtop.core.model import alarm_intent
 from alarmtop.core.model.alarm_policy import AlarmKey, AlarmRecord, Transition
-from alarmtop.core.model.errors import InvalidArgument, StorageError
+from alarmtop.core.model.errors import CommitOutcomeUnknown, InvalidArgument, StorageError
 from alarmtop.core.model.serialization import alarm_time_ms, to_json
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.ports import ExtraWrite, ObjectStore
@@ -319,10 +319,11 @@ class Storage:
         except BaseException as exc:
             await store.rollback()
             # An event cut off (cancelled: its caller's node went away, say) during its
-            # commit may have landed it: the row written first then stays (early at
-            # worst, reconciled when it falls due), as taking it back would leave a
-            # committed alarm with no row, never to fire.
-            if before is not None and not isinstance(exc, asyncio.CancelledError):
+            # commit, or whose connection went during it, may have landed it: the row
+            # written first then stays (early at worst, reconciled when it falls due),
+            # as taking it back would leave a committed alarm with no row, never to fire.
+            if before is not None and not isinstance(exc, (asyncio.CancelledError,
+                                                           CommitOutcomeUnknown)):
                 await self._alarms.undo(key, written, current)
             raise
         if change is not None:

@@ -18,12 +18,13 @@ cannot commit over the object's new owner.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from alarmtop.core.model.errors import SqlError, StorageError
+from alarmtop.core.model.errors import CommitOutcomeUnknown, SqlError, StorageError
 from alarmtop.core.model.storage_values import ExecResult
 from alarmtop.core.storage.faultpoints import FAULT_POINTS
 from alarmtop.core.storage.postgres.errors import storage_error, unreachable
@@ -296,7 +297,15 @@ class PgObjectStore:
                 FAULT_POINTS.hit("object.commit.before", key=self._key)
             if self._fence is not None:
                 await self._fence(conn, {self._shard})
-            await conn.execute("COMMIT")
+            try:
+                await conn.execute("COMMIT")
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                raise CommitOutcomeUnknown(
+                    f"the connection to PostgreSQL went during the commit "
+                    f"({type(exc).__name__}: {exc}): it may or may not have landed",
+                    self.path) from exc
         except BaseException as exc:
             await self._end(rollback=True)
             if isinstance(exc, StorageError):
@@ -320,18 +329,18 @@ class PgObjectStore:
         if conn is None:
             return
         try:
-            if rollback and not conn.is_closed():
+            if rollback and not _gone(conn):
                 try:
                     await conn.execute("ROLLBACK")
                 except Exception:  # already rolled back, or the connection went
-                    conn.terminate()
-            if ran_sql and not conn.is_closed():
+                    _terminate(conn)
+            if ran_sql and not _gone(conn):
                 # The object's SQL may have left session state (a SET, a LISTEN, an
                 # advisory lock): the pool no longer resets what it gets back.
                 try:
                     await conn.execute(conn.get_reset_query() + "\nDISCARD TEMP;")
                 except Exception:
-                    conn.terminate()
+                    _terminate(conn)
         finally:
             await self._pool.release(conn)
 
@@ -346,3 +355,18 @@ class PgObjectStore:
 
     async def close(self) -> None:
         await self._end(rollback=True)
+
+
+def _gone(conn: Any) -> bool:
+    """Whether the event's connection is closed, or already taken back by the pool
+    (asyncpg detaches a pooled connection whose session the server ended: it then
+    refuses every call, `is_closed()` included)."""
+    try:
+        return bool(conn.is_closed())
+    except Exception:
+        return True
+
+
+def _terminate(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # detached by the pool already: nothing to end
+        conn.terminate()
