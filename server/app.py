@@ -182,7 +182,11 @@ class OpsServer:
         def left() -> float | None:
             return None if end is None else max(0.0, end - loop.time())
 
-        await self.feed.stop()
+        try:  # within the grace too: a feed task that ignores its cancel is left behind
+            async with asyncio.timeout(left()):
+                await self.feed.stop()
+        except TimeoutError:
+            log.warning("the live feed did not stop within the grace; left behind")
         self.metrics.close()
         server = self._server
         if server is not None:

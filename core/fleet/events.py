@@ -78,6 +78,9 @@ Peers = Callable[[], Awaitable[list[tuple[str, str]]]]  # (node id, address) of 
 Ask = Callable[[str, str, dict[str, Any]], Awaitable[Any]]  # (address, op, fields)
 
 
+STOP_GRACE_S = 5.0  # a pull that ignores its cancel is left behind (logged), not waited for
+
+
 class FleetEvents:
     """Pulls the other nodes' events while started; `drain()` hands them over."""
 
@@ -98,7 +101,7 @@ class FleetEvents:
     async def stop(self) -> None:
         if self._task is not None:
             self._task = None
-            await self._tasks.close()
+            await self._tasks.close(grace_s=STOP_GRACE_S)
 
     def drain(self) -> list[Event]:
         got, self._got = self._got, []

@@ -23,6 +23,10 @@ TICK_S = 0.02
 Serve = Callable[[Runtime], Awaitable[tuple[OpsServer, Client]]]
 
 
+# Two nodes, two ops servers and their clients per test, set up and torn down: on a
+# loaded machine (a CPU hog beside three test processes) one teardown took over 60 s.
+pytestmark = pytest.mark.timeout(180)
+
 @pytest.fixture
 async def served() -> AsyncIterator[Serve]:
     """An ops server on 127.0.0.1:0 for a node, and an operator client on it; servers
