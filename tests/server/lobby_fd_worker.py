@@ -17,6 +17,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +65,16 @@ def tcp_sockets(port: int) -> tuple[int, int]:
     return held, queued
 
 
-async def settled(port: int) -> None:
-    """Until every queued connection is accepted (bounded: a server out of descriptors
-    stops accepting)."""
+async def settled(port: int, lobby: Callable[[], int]) -> None:
+    """Until every queued connection is accepted and each one the lobby evicted is
+    closed (bounded: a server out of descriptors stops accepting, and one that held
+    more than its lobby would never settle: the caller's check then says so)."""
     deadline = time.monotonic() + SETTLE_S
     while time.monotonic() < deadline:
-        if not tcp_sockets(port)[1]:
+        held, queued = tcp_sockets(port)
+        if not queued and held <= lobby():
             break
-        await asyncio.sleep(0.01)  # the server accepts in its own time: look again
-    for _ in range(10):
-        await asyncio.sleep(0)  # evictions close their sockets on the next turns
+        await asyncio.sleep(0.01)  # the server accepts and evicts in its own time
 
 
 async def run(data: Path, limit: int) -> dict[str, Any]:
@@ -88,7 +89,7 @@ async def run(data: Path, limit: int) -> dict[str, Any]:
     await server.start()
     print(json.dumps({"port": server.port, "max_resident": max_resident}), flush=True)
     await asyncio.to_thread(sys.stdin.readline)
-    await settled(server.port)
+    await settled(server.port, lambda: len(server.admission.lobby))
     held = tcp_sockets(server.port)[0]
     failed: list[str] = []
     for i in range(max_resident):
